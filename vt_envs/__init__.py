@@ -1,0 +1,72 @@
+"""VT: async, text-based Gymnasium environments where LLM agents use tools.
+
+``import vt_envs`` registers every ``VT-*`` id with Gymnasium::
+
+    import gymnasium as gym
+    import vt_envs
+
+    env = gym.make("VT-Lookup-v0")
+    obs, info = env.reset(seed=0)
+
+``vt_envs`` imports without torch, vLLM or DeepSpeed.
+"""
+
+from vt_envs.core.env import RewardConfig, ToolEnv
+from vt_envs.core.parser import ActionParser, ParseResult, ToolCall
+from vt_envs.core.policy import EpisodeResult, OraclePolicy, Policy, arun_episode, run_episode
+from vt_envs.core.task import GeneratedTasks, Task, TaskList, TaskSource
+from vt_envs.core.tokenizer import ChatTokenizer, ObservationEncoder, load_tokenizer
+from vt_envs.core.tool import Tool, ToolResult, tool_registry
+from vt_envs.core.vector import ToolVectorEnv
+from vt_envs.core.verifier import ExactMatch, Score, Verifier
+from vt_envs.registration import (
+    env_builder,
+    make,
+    make_vec,
+    oracle_for,
+    register_env,
+    registered_envs,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActionParser",
+    "ChatTokenizer",
+    "EpisodeResult",
+    "ExactMatch",
+    "GeneratedTasks",
+    "ObservationEncoder",
+    "OraclePolicy",
+    "ParseResult",
+    "Policy",
+    "RewardConfig",
+    "Score",
+    "Task",
+    "TaskList",
+    "TaskSource",
+    "Tool",
+    "ToolCall",
+    "ToolEnv",
+    "ToolResult",
+    "ToolVectorEnv",
+    "Verifier",
+    "arun_episode",
+    "env_builder",
+    "load_tokenizer",
+    "make",
+    "make_vec",
+    "oracle_for",
+    "register_env",
+    "registered_envs",
+    "run_episode",
+    "tool_registry",
+    "__version__",
+]
+
+register_env(
+    "VT-Lookup-v0",
+    builder="vt_envs.domains.lookup:make_lookup_env",
+    oracle="vt_envs.domains.lookup:LookupOracle",
+    description="sanity: call `lookup` with the key from the prompt, answer its value",
+)

@@ -1,0 +1,218 @@
+"""Tools: what an agent can call, and the per-episode sessions they keep.
+
+A tool is a class with a ``name``, a ``description``, a JSON-schema
+``parameters`` object and an async :meth:`Tool.call`. Per-episode state (a
+sandboxed interpreter, a database connection, a working copy of a repo)
+lives in a *session* that :meth:`Tool.open_session` creates at reset and
+:meth:`Tool.close_session` releases when the episode ends.
+
+Contract for implementers:
+
+- ``call`` never raises for anything the *policy* did (bad code, bad SQL, a
+  missing key): it returns ``ToolResult(ok=False, error=...)`` with text the
+  agent can read. Exceptions are reserved for bugs and infrastructure
+  failures; the env still turns them into observations, but logs them.
+- Every call has a timeout (:attr:`Tool.timeout_s`). The env enforces it
+  from outside with ``asyncio.wait_for``; tools that run subprocesses also
+  enforce it themselves (a hard kill), since cancelling a coroutine does not
+  stop a process.
+- Tools are registered under the entry-point group ``vt_envs.tools``
+  (``name = "package.module:ToolClass"``), so a third-party package can add
+  tools that ``tool_registry.create(name)`` finds.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, ClassVar
+
+import numpy as np
+
+from vt_envs.errors import UnknownToolError
+
+__all__ = ["Tool", "ToolResult", "ToolRegistry", "tool_registry", "validate_arguments"]
+
+ENTRY_POINT_GROUP = "vt_envs.tools"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one tool call produced.
+
+    Attributes:
+        text: the text shown to the agent (already capped by the tool).
+        images: images the tool returns, each ``HxWx3 uint8``.
+        ok: ``False`` when the call failed because of its input or a timeout.
+        error: a short machine-readable error kind (``"timeout"``,
+            ``"syntax_error"``, ...) when ``ok`` is ``False``.
+        metrics: numbers worth logging (``rows``, ``exec_s``, ``truncated``...).
+    """
+
+    text: str
+    images: tuple[np.ndarray, ...] = ()
+    ok: bool = True
+    error: str | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def failure(cls, text: str, error: str, **metrics: float) -> ToolResult:
+        return cls(text=text, ok=False, error=error, metrics=metrics)
+
+
+class Tool(abc.ABC):
+    """Base class of every tool.
+
+    Subclasses set the class attributes and implement :meth:`call`; the ones
+    that keep per-episode state also override :meth:`open_session` and
+    :meth:`close_session`.
+
+    Class attributes:
+        name: the name the agent uses (``"python"``, ``"sql"``); also the tag
+            name in the tag grammar (``<python>...</python>``).
+        description: one paragraph shown to the agent in the system prompt.
+        parameters: JSON schema (``{"type": "object", "properties": ...,
+            "required": [...]}``) of the call's arguments.
+        tag_argument: the argument that the body of a tag call fills
+            (``<python>CODE</python>`` → ``{"code": CODE}``); ``None`` when
+            the tool can only be called with JSON.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    parameters: ClassVar[dict[str, Any]]
+    tag_argument: ClassVar[str | None] = None
+
+    def __init__(self, *, timeout_s: float = 30.0):
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        self.timeout_s = float(timeout_s)
+
+    async def open_session(self, task: Any) -> Any:
+        """Create per-episode state for ``task`` (a :class:`~vt_envs.core.task.Task`).
+
+        Called once at reset, before the first call. Default: no state.
+        """
+        return None
+
+    async def close_session(self, session: Any) -> None:
+        """Release what :meth:`open_session` created. Must be idempotent."""
+
+    @abc.abstractmethod
+    async def call(self, session: Any, arguments: Mapping[str, Any]) -> ToolResult:
+        """Run one call with already-validated ``arguments``."""
+
+    async def aclose(self) -> None:
+        """Release resources shared by all sessions (worker pools...)."""
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI/Hermes function spec of this tool (for JSON tool calls)."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, timeout_s={self.timeout_s})"
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list, tuple),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def validate_arguments(schema: Mapping[str, Any], arguments: Any) -> str | None:
+    """Check ``arguments`` against the subset of JSON schema tools use.
+
+    Returns ``None`` when valid, else a one-line reason the agent can act on.
+    Checks: object type, required keys, unknown keys (when
+    ``additionalProperties`` is false), and the ``type``/``enum`` of each
+    property. Never raises.
+    """
+    if not isinstance(arguments, Mapping):
+        return f"arguments must be a JSON object, got {type(arguments).__name__}"
+    properties = schema.get("properties", {})
+    missing = [key for key in schema.get("required", []) if key not in arguments]
+    if missing:
+        return f"missing required argument(s): {', '.join(missing)}"
+    if schema.get("additionalProperties", True) is False:
+        extra = [key for key in arguments if key not in properties]
+        if extra:
+            return (
+                f"unknown argument(s): {', '.join(map(str, extra))}; "
+                f"expected: {', '.join(properties)}"
+            )
+    for key, value in arguments.items():
+        prop = properties.get(key)
+        if not prop:
+            continue
+        expected = prop.get("type")
+        if expected:
+            kinds = expected if isinstance(expected, list) else [expected]
+            allowed = tuple(t for k in kinds for t in _JSON_TYPES.get(k, (object,)))
+            is_bool = isinstance(value, bool)
+            if not isinstance(value, allowed) or (is_bool and "boolean" not in kinds):
+                return f"argument {key!r} must be {' or '.join(kinds)}, got {type(value).__name__}"
+        if "enum" in prop and value not in prop["enum"]:
+            return f"argument {key!r} must be one of {prop['enum']}, got {value!r}"
+    return None
+
+
+class ToolRegistry:
+    """Name → tool class, from built-ins and the ``vt_envs.tools`` entry points.
+
+    Entry points are read lazily on the first lookup, so importing
+    ``vt_envs`` stays cheap and a broken third-party plugin only fails when
+    its tool is asked for.
+    """
+
+    def __init__(self) -> None:
+        self._classes: dict[str, type[Tool] | str] = {}
+        self._entry_points_loaded = False
+
+    def register(self, name: str, tool: type[Tool] | str) -> None:
+        """Register a tool class, or a lazy ``"module:Class"`` path."""
+        self._classes[name] = tool
+
+    def _load_entry_points(self) -> None:
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            self._classes.setdefault(ep.name, ep.value)
+
+    def names(self) -> list[str]:
+        self._load_entry_points()
+        return sorted(self._classes)
+
+    def get(self, name: str) -> type[Tool]:
+        """Return the tool class registered as ``name``."""
+        self._load_entry_points()
+        if name not in self._classes:
+            raise UnknownToolError(name, self._classes)
+        tool = self._classes[name]
+        if isinstance(tool, str):
+            module, _, attr = tool.partition(":")
+            tool = getattr(importlib.import_module(module), attr)
+            self._classes[name] = tool
+        return tool
+
+    def create(self, name: str, **kwargs: Any) -> Tool:
+        """Instantiate the tool registered as ``name`` with ``kwargs``."""
+        return self.get(name)(**kwargs)
+
+
+tool_registry = ToolRegistry()

@@ -1,0 +1,58 @@
+"""Verifiers: pure, deterministic scoring of an answer against a task's gold.
+
+A verifier is any callable ``(task, answer_text) -> Score``. It only ever sees
+text the *model* wrote (the content of its final answer), never tool output,
+so an agent cannot earn reward by making a tool echo the gold answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from vt_envs.core.task import Task
+
+__all__ = ["Score", "Verifier", "ExactMatch"]
+
+
+@dataclass(frozen=True)
+class Score:
+    """The verdict on one answer.
+
+    Attributes:
+        value: the outcome reward, usually in ``[0, 1]``.
+        parts: named components (``{"correct": 1.0}``) for logging; the env
+            merges them into ``info["reward_parts"]``.
+        detail: a short human-readable explanation (for transcripts, not
+            shown to the agent).
+    """
+
+    value: float
+    parts: Mapping[str, float] = field(default_factory=dict)
+    detail: str = ""
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Scores ``answer`` (the model's own final answer text) for ``task``."""
+
+    def __call__(self, task: Task, answer: str) -> Score: ...
+
+
+class ExactMatch:
+    """1.0 when the stripped answer equals ``str(task.gold)``, else 0.0.
+
+    Args:
+        case_sensitive: compare case-sensitively (default ``True``).
+    """
+
+    def __init__(self, *, case_sensitive: bool = True):
+        self.case_sensitive = case_sensitive
+
+    def __call__(self, task: Task, answer: str) -> Score:
+        given, gold = answer.strip(), str(task.gold).strip()
+        if not self.case_sensitive:
+            given, gold = given.lower(), gold.lower()
+        value = float(given == gold)
+        return Score(value, {"correct": value}, "exact match" if value else f"expected {gold!r}")

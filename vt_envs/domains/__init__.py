@@ -1,0 +1,1 @@
+"""The tool domains: one module (or package) per registered env id."""

@@ -1,0 +1,132 @@
+"""Typed errors for developers using VT.
+
+Every error a *developer* can cause (a wrong keyword, an unknown id, a bad
+config, a missing sandbox) is a subclass of :class:`VTError` and its message
+says what was expected, what was given, and the likely fix. Mistakes made by
+the *policy* (malformed tool calls, tool errors, timeouts) are never raised:
+they become observations and are counted in ``info``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = [
+    "VTError",
+    "UnknownNameError",
+    "UnknownKwargError",
+    "UnknownToolError",
+    "UnknownTaskError",
+    "InvalidConfigError",
+    "TemplateError",
+    "AsyncContextError",
+    "EnvClosedError",
+    "ResetNeededError",
+    "SandboxUnavailableError",
+    "DatasetFormatError",
+    "did_you_mean",
+]
+
+
+def did_you_mean(given: str, choices: Iterable[str]) -> str:
+    """Return ``" Did you mean 'x'?"`` for the closest choice, or ``""``."""
+    close = difflib.get_close_matches(given, list(choices), n=1, cutoff=0.6)
+    if not close:
+        lowered = {c.lower(): c for c in choices}
+        if given.lower() in lowered:
+            close = [lowered[given.lower()]]
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+class VTError(Exception):
+    """Base class of every error VT raises for developers."""
+
+
+class UnknownNameError(VTError, KeyError):
+    """Raised when a registry lookup (tool, algorithm, loader, ...) misses."""
+
+    def __init__(self, kind: str, given: str, known: Iterable[str], hint: str = ""):
+        known = sorted(known)
+        self.kind, self.given, self.known = kind, given, known
+        message = (
+            f"Unknown {kind} {given!r}.{did_you_mean(given, known)} "
+            f"Known {kind}s: {', '.join(known) or '(none registered)'}."
+        )
+        if hint:
+            message += f" {hint}"
+        super().__init__(message)
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class UnknownToolError(UnknownNameError):
+    """Raised when a tool name is not registered (built in or via entry points)."""
+
+    def __init__(self, given: str, known: Iterable[str]):
+        super().__init__(
+            "tool",
+            given,
+            known,
+            hint="Third-party tools register under the entry-point group 'vt_envs.tools'.",
+        )
+
+
+class UnknownKwargError(VTError, TypeError):
+    """Raised when an env builder or config receives a keyword it does not accept."""
+
+    def __init__(self, owner: str, given: str, accepted: Iterable[str]):
+        accepted = sorted(accepted)
+        self.owner, self.given, self.accepted = owner, given, accepted
+        super().__init__(
+            f"{owner} got an unexpected keyword argument {given!r}."
+            f"{did_you_mean(given, accepted)} Accepted keywords: {', '.join(accepted)}."
+        )
+
+
+class UnknownTaskError(VTError, KeyError):
+    """Raised when ``options["task_id"]`` names a task that the task source lacks."""
+
+    def __init__(self, given: str, source: str, examples: Iterable[str]):
+        examples = list(examples)
+        super().__init__(
+            f"Task id {given!r} is not in task source {source!r}."
+            f"{did_you_mean(given, examples)} "
+            f"Example ids: {', '.join(examples[:5])}. Pass options={{'task': Task(...)}} "
+            "to run a task that is not in the source."
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidConfigError(VTError, ValueError):
+    """Raised when a configuration value is out of range or inconsistent."""
+
+
+class TemplateError(VTError, ValueError):
+    """Raised when a tokenizer's chat template cannot be used token-in/token-out
+    (it does not preserve the prefix of a conversation, or has no template)."""
+
+
+class AsyncContextError(VTError, RuntimeError):
+    """Raised when a sync method (``step``, ``reset``, ``close``) is called from
+    inside a running event loop; the message names the coroutine to await."""
+
+
+class EnvClosedError(VTError, RuntimeError):
+    """Raised when an env is used after ``close()``."""
+
+
+class ResetNeededError(VTError, RuntimeError):
+    """Raised when ``step`` is called before ``reset`` or after the episode ended."""
+
+
+class SandboxUnavailableError(VTError, RuntimeError):
+    """Raised when no isolation layer works and the caller did not explicitly
+    opt into unsandboxed execution; the message says what to install."""
+
+
+class DatasetFormatError(VTError, ValueError):
+    """Raised when a dataset file lacks the fields a loader was told to read."""

@@ -1,0 +1,168 @@
+"""Registering VT env ids with Gymnasium, with their builders and oracles.
+
+An env id is a *registration*: a builder function that assembles a
+:class:`~vt_envs.core.env.ToolEnv` from keyword arguments, plus the oracle
+policy that proves the env solvable. ``register_env`` records both and
+registers the id with Gymnasium, so ``gym.make(id, **kwargs)`` works.
+
+Builders are plain functions decorated with :func:`env_builder`. The
+decorator rejects unknown keywords with :class:`~vt_envs.errors.UnknownKwargError`
+(with "did you mean") instead of Python's bare ``TypeError``, and forwards the
+keywords ``ToolEnv`` itself understands (``tokenizer``, ``max_turns``, ...).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from vt_envs.core.env import ToolEnv
+from vt_envs.core.vector import ToolVectorEnv
+from vt_envs.errors import InvalidConfigError, UnknownKwargError, UnknownNameError
+
+__all__ = [
+    "EnvRegistration",
+    "env_builder",
+    "register_env",
+    "registered_envs",
+    "make",
+    "make_vec",
+    "oracle_for",
+    "TOOL_ENV_KWARGS",
+]
+
+#: Keywords every env id accepts, forwarded to :class:`ToolEnv`.
+TOOL_ENV_KWARGS: frozenset[str] = frozenset(
+    name
+    for name, p in inspect.signature(ToolEnv.__init__).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY
+) - {"tools", "tasks", "verifier", "instructions", "name"}
+
+
+@dataclass(frozen=True)
+class EnvRegistration:
+    """What VT knows about one env id.
+
+    Attributes:
+        id: the Gymnasium id (``"VT-SQL-v0"``).
+        builder: ``"module:function"`` that returns a :class:`ToolEnv`.
+        oracle: ``"module:Class"`` of its :class:`~vt_envs.core.policy.OraclePolicy`.
+        description: one line for tables and ``--help``.
+        kwargs: defaults passed to the builder (overridden by ``gym.make`` kwargs).
+    """
+
+    id: str
+    builder: str
+    oracle: str | None
+    description: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, EnvRegistration] = {}
+
+
+def env_builder(fn: Callable[..., ToolEnv]) -> Callable[..., ToolEnv]:
+    """Make ``fn`` reject unknown keywords with a typed, helpful error.
+
+    ``fn`` must take keyword-only arguments and may end with ``**env_kwargs``,
+    which receives only the :data:`TOOL_ENV_KWARGS` it does not declare itself.
+    """
+    params = inspect.signature(fn).parameters
+    own = {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
+    forwards = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    accepted = own | (TOOL_ENV_KWARGS if forwards else set())
+
+    @functools.wraps(fn)
+    def build(**kwargs: Any) -> ToolEnv:
+        for key in kwargs:
+            if key not in accepted:
+                raise UnknownKwargError(f"{fn.__module__}.{fn.__name__}()", key, accepted)
+        return fn(**kwargs)
+
+    build.accepted_kwargs = frozenset(accepted)  # type: ignore[attr-defined]
+    return build
+
+
+def register_env(
+    id: str,
+    *,
+    builder: str,
+    oracle: str | None,
+    description: str,
+    kwargs: Mapping[str, Any] | None = None,
+) -> EnvRegistration:
+    """Register ``id`` with Gymnasium and VT's own table of builders and oracles.
+
+    Re-registering an id replaces it (as Gymnasium does, with its warning).
+    """
+    registration = EnvRegistration(id, builder, oracle, description, dict(kwargs or {}))
+    _REGISTRY[id] = registration
+    gym.register(
+        id=id,
+        entry_point=builder,
+        vector_entry_point=functools.partial(make_vec, id),
+        kwargs=dict(registration.kwargs),
+    )
+    return registration
+
+
+def registered_envs() -> dict[str, EnvRegistration]:
+    """All VT env registrations, by id."""
+    return dict(_REGISTRY)
+
+
+def _lookup(env_id: str) -> EnvRegistration:
+    if env_id.startswith("vt_envs:"):
+        env_id = env_id.removeprefix("vt_envs:")
+    if env_id not in _REGISTRY:
+        raise UnknownNameError(
+            "env id",
+            env_id,
+            _REGISTRY,
+            hint="List them with `vt_envs.registered_envs()`.",
+        )
+    return _REGISTRY[env_id]
+
+
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make(env_id: str, **kwargs: Any) -> ToolEnv:
+    """Build the raw :class:`ToolEnv` for ``env_id`` (no Gymnasium wrappers).
+
+    Use it for async code (``await env.astep(...)``) and vector envs;
+    ``gym.make`` adds Gymnasium's checking wrappers around the same env.
+    """
+    registration = _lookup(env_id)
+    env = _load(registration.builder)(**{**registration.kwargs, **kwargs})
+    env.spec = gym.spec(registration.id)
+    return env
+
+
+def make_vec(env_id: str, num_envs: int = 1, **kwargs: Any) -> ToolVectorEnv:
+    """Build a :class:`ToolVectorEnv` of ``num_envs`` copies of ``env_id``.
+
+    ``gym.make_vec(env_id, num_envs)`` calls this too (it is the ids'
+    vector entry point).
+    """
+    if not isinstance(num_envs, int) or num_envs < 1:
+        raise InvalidConfigError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    return ToolVectorEnv([make(env_id, **kwargs) for _ in range(num_envs)])
+
+
+def oracle_for(env_id: str) -> Any:
+    """Return a new instance of the oracle policy registered for ``env_id``."""
+    registration = _lookup(env_id)
+    if registration.oracle is None:
+        raise UnknownNameError("oracle for env id", env_id, [
+            i for i, r in _REGISTRY.items() if r.oracle
+        ])
+    return _load(registration.oracle)()
