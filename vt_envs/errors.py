@@ -76,7 +76,10 @@ class UnknownToolError(UnknownNameError):
 class UnknownKwargError(VTError, TypeError):
     """Raised when an env builder or config receives a keyword it does not accept."""
 
-    def __init__(self, owner: str, given: str, accepted: Iterable[str]):
+    def __init__(self, owner: str, given: str | None = None, accepted: Iterable[str] = ()):
+        if given is None:  # re-raised with an extended message (gymnasium.make does this)
+            super().__init__(owner)
+            return
         accepted = sorted(accepted)
         self.owner, self.given, self.accepted = owner, given, accepted
         super().__init__(

@@ -1,0 +1,67 @@
+"""Shared fixtures: small tools and task sources for testing the env core."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from vt_envs.core.task import Task, TaskList  # noqa: E402
+from vt_envs.core.tool import Tool, ToolResult  # noqa: E402
+
+
+class EchoTool(Tool):
+    """Echoes its text; fails on ``"fail"``, raises on ``"raise"``, sleeps on ``"sleep N"``."""
+
+    name = "echo"
+    description = "Echo TEXT back."
+    parameters = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
+    tag_argument = "text"
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.opened: list[Any] = []
+        self.closed: list[Any] = []
+
+    async def open_session(self, task: Any) -> dict[str, Any]:
+        session = {"task": task.id, "calls": 0}
+        self.opened.append(session)
+        return session
+
+    async def close_session(self, session: Any) -> None:
+        self.closed.append(session)
+
+    async def call(self, session: Any, arguments: Mapping[str, Any]) -> ToolResult:
+        text = arguments["text"]
+        session["calls"] += 1
+        if text == "fail":
+            return ToolResult.failure("Error: asked to fail.", "asked")
+        if text == "raise":
+            raise RuntimeError("tool bug")
+        if text.startswith("sleep "):
+            await asyncio.sleep(float(text.split()[1]))
+        return ToolResult(text)
+
+
+def make_tasks(n: int = 5, split: str = "train") -> TaskList:
+    return TaskList(
+        [Task(id=f"t{i}", prompt=f"Say {i * 7}.", gold=str(i * 7)) for i in range(n)],
+        name="echo",
+        split=split,
+    )
+
+
+@pytest.fixture
+def echo_tool() -> EchoTool:
+    return EchoTool(timeout_s=2.0)

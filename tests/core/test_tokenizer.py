@@ -1,0 +1,355 @@
+"""Tests for vt_envs.core.tokenizer: the shipped tokenizer and token-in/token-out (DESIGN 2.2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from vt_envs.core.tokenizer import (
+    CHATML_TEMPLATE,
+    DEFAULT_TOKENIZER_DIR,
+    SPECIAL_TOKENS,
+    TAG_TOKENS,
+    ChatTokenizer,
+    ObservationEncoder,
+    VTTokenizer,
+    load_tokenizer,
+)
+from vt_envs.errors import InvalidConfigError, TemplateError, VTError
+
+SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Pieces that stress a byte-level tokenizer: emoji (incl. ZWJ sequences),
+# NUL, control characters, whitespace runs, non-BMP, combining marks, tags.
+TRICKY = [
+    "\x00",
+    "😀",
+    "\U0001f469\u200d\U0001f469\u200d\U0001f467",
+    "\u00a0",
+    "\t\t",
+    "   ",
+    "\n\n\n",
+    "\r\n",
+    "é",
+    "e\u0301",
+    "中文",
+    "\U0001f600\U0010ffff",
+    "\ufffd",
+    "\x7f",
+    "'s",
+    "123",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<python>",
+    "</answer>",
+    '{"a": 1}',
+]
+unicode_text = st.lists(st.one_of(st.text(max_size=8), st.sampled_from(TRICKY)), max_size=10).map(
+    "".join
+)
+
+
+@pytest.fixture(scope="module")
+def vt() -> ChatTokenizer:
+    return load_tokenizer()
+
+
+def _small_chatml_dir(root: Path) -> Path:
+    """A second ChatML tokenizer with another vocabulary: GPT-2 style byte-level
+    BPE, 300 ids, special tokens at the end of the vocabulary."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=297, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    sentences = [
+        "the cat sat on the mat",
+        "a tool returns an observation",
+        "print(1 + 2)",
+        "select the answer from a table of flights",
+        "an assistant writes python code",
+    ] * 5
+    tokenizer.train_from_iterator(sentences, trainer)
+    tokenizer.add_special_tokens([AddedToken(t, special=True) for t in SPECIAL_TOKENS])
+    root.mkdir()
+    tokenizer.save(str(root / "tokenizer.json"))
+    config = {"chat_template": CHATML_TEMPLATE, "eos_token": "<|im_end|>"}
+    (root / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> ChatTokenizer:
+    return load_tokenizer(_small_chatml_dir(tmp_path_factory.mktemp("tok") / "small"))
+
+
+def _with_template(template: str) -> VTTokenizer:
+    tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER_DIR / "tokenizer.json"))
+    return VTTokenizer(tokenizer, template, eos_token="<|im_end|>", name="custom")
+
+
+# -- the shipped tokenizer ---------------------------------------------------
+
+
+@SETTINGS
+@given(unicode_text)
+def test_round_trip_is_lossless(text: str) -> None:
+    tokenizer = load_tokenizer()
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_shipped_tokenizer_facts(vt: ChatTokenizer) -> None:
+    assert isinstance(vt, VTTokenizer)
+    assert vt.vocab_size == 2048
+    assert (vt.eos_token, vt.eos_token_id) == ("<|im_end|>", vt.encode("<|im_end|>")[0])
+    assert vt.pad_token_id == vt.encode("<|endoftext|>")[0] != vt.eos_token_id
+    assert load_tokenizer() is vt  # loaded once per process
+    assert load_tokenizer(vt) is vt
+    config = json.loads((DEFAULT_TOKENIZER_DIR / "tokenizer_config.json").read_text("utf-8"))
+    assert config["chat_template"] == CHATML_TEMPLATE
+    assert vt.encode("") == []
+
+
+def test_no_token_merges_a_digit(vt: ChatTokenizer) -> None:
+    # Exhaustive over the vocabulary: a token that contains a digit is that digit.
+    for token_id in range(vt.vocab_size):
+        piece = vt.decode([token_id])
+        assert not any(c.isdigit() for c in piece) or piece in "0123456789", (token_id, piece)
+    for digit in "0123456789":
+        assert len(vt.encode(digit)) == 1
+    assert vt.encode("x=90210;")[2:7] == [vt.encode(d)[0] for d in "90210"]
+
+
+@pytest.mark.parametrize("token", SPECIAL_TOKENS + TAG_TOKENS)
+def test_tags_and_special_tokens_are_single_tokens(vt: ChatTokenizer, token: str) -> None:
+    (token_id,) = vt.encode(token)
+    ids = vt.encode(f"a {token}b")
+    assert token_id in ids and vt.decode(ids) == f"a {token}b"
+
+
+def test_shipped_assets_load_without_transformers() -> None:
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"  # any import of it fails
+        "from vt_envs.core.tokenizer import load_tokenizer, ObservationEncoder\n"
+        "t = load_tokenizer(); ObservationEncoder(t)\n"
+        "print(t.vocab_size, t.decode(t.encode('<sql>1</sql>')))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["2048", "<sql>1</sql>"]
+
+
+def test_encode_prompt_ends_with_assistant_header(vt: ChatTokenizer) -> None:
+    ids, text = ObservationEncoder(vt).encode_prompt([{"role": "user", "content": "2+2?"}])
+    assert text == "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+    assert ids.dtype == np.int64 and ids.ndim == 1 and vt.decode(ids) == text
+
+
+def test_chat_observation_closes_the_turn(vt: ChatTokenizer) -> None:
+    encoder = ObservationEncoder(vt)
+    ids, text = encoder.encode_observation("4", action_ended_with_eos=False)
+    assert text == "<|im_end|>\n<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n"
+    assert ids[0] == vt.eos_token_id and vt.decode(ids) == text
+    ids, text = encoder.encode_observation("4", action_ended_with_eos=True)
+    assert text == "\n<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n"
+    assert encoder.encode_final(action_ended_with_eos=False)[1] == "<|im_end|>\n"
+    assert encoder.encode_final(action_ended_with_eos=True)[1] == "\n"
+    user = ObservationEncoder(vt, observation_role="user")
+    assert (
+        "<|im_start|>user\n4<|im_end|>"
+        in user.encode_observation("4", action_ended_with_eos=True)[1]
+    )
+
+
+# -- the property of DESIGN 2.2 ----------------------------------------------
+
+# An action is (text, ended_with_eos); a turn is an action and its observation.
+turn = st.tuples(unicode_text, st.booleans(), unicode_text)
+conversation = st.tuples(
+    unicode_text,
+    unicode_text,
+    st.lists(turn, max_size=4),
+    st.none() | st.tuples(unicode_text, st.booleans()),
+)
+
+
+def _generated_ids(tokenizer: ChatTokenizer, text: str, ended_with_eos: bool) -> list[int]:
+    """What a policy would have generated for ``text`` (stopping at eos or not)."""
+    return tokenizer.encode(text) + ([tokenizer.eos_token_id] if ended_with_eos else [])
+
+
+def _check_chat_conversation(tokenizer: ChatTokenizer, case: tuple) -> None:
+    system, user, turns, last_action = case
+    encoder = ObservationEncoder(tokenizer)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    ids, text = encoder.encode_prompt(messages)
+    ids, transcript = list(ids), text
+    for action, eos, observation in turns:
+        obs_ids, obs_text = encoder.encode_observation(observation, action_ended_with_eos=eos)
+        assert tokenizer.decode(obs_ids) == obs_text
+        ids += _generated_ids(tokenizer, action, eos) + obs_ids.tolist()
+        transcript += action + (tokenizer.eos_token if eos else "") + obs_text
+        messages += [
+            {"role": "assistant", "content": action},
+            {"role": "tool", "content": observation},
+        ]
+    if last_action is not None:
+        action, eos = last_action
+        final_ids, final_text = encoder.encode_final(action_ended_with_eos=eos)
+        ids += _generated_ids(tokenizer, action, eos) + final_ids.tolist()
+        transcript += action + (tokenizer.eos_token if eos else "") + final_text
+        messages.append({"role": "assistant", "content": action})
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=last_action is None)
+    assert tokenizer.decode(ids) == transcript == rendered
+
+
+@SETTINGS
+@given(conversation)
+def test_chat_transcript_property_default(vt: ChatTokenizer, case: tuple) -> None:
+    _check_chat_conversation(vt, case)
+
+
+@SETTINGS
+@given(conversation)
+def test_chat_transcript_property_second_tokenizer(small: ChatTokenizer, case: tuple) -> None:
+    _check_chat_conversation(small, case)
+
+
+def test_second_tokenizer_really_differs(vt: ChatTokenizer, small: ChatTokenizer) -> None:
+    assert isinstance(small, VTTokenizer) and small.vocab_size == 300
+    assert small.eos_token_id == 299 != vt.eos_token_id
+    assert small.encode("the cat sat") != vt.encode("the cat sat")
+
+
+@SETTINGS
+@given(unicode_text, st.lists(st.tuples(unicode_text, unicode_text), max_size=4), unicode_text)
+def test_inline_transcript_property(vt: ChatTokenizer, user: str, turns: list, last: str) -> None:
+    encoder = ObservationEncoder(vt, "inline", inline_template="\n<result>{text}</result>\n")
+    messages = [{"role": "user", "content": user}]
+    ids, transcript = encoder.encode_prompt(messages)
+    ids, content = ids.tolist(), ""
+    for action, observation in turns:
+        obs_ids, obs_text = encoder.encode_observation(observation, action_ended_with_eos=False)
+        assert obs_text == f"\n<result>{observation}</result>\n"  # no turn boundary
+        ids += vt.encode(action) + obs_ids.tolist()
+        content += action + obs_text
+    final_ids, final_text = encoder.encode_final(action_ended_with_eos=True)
+    ids += _generated_ids(vt, last, True) + final_ids.tolist()
+    content += last
+    rendered = vt.apply_chat_template(
+        [*messages, {"role": "assistant", "content": content}], add_generation_prompt=False
+    )
+    assert vt.decode(ids) == transcript + content + vt.eos_token + final_text == rendered
+
+
+# -- templates that cannot be diffed, and developer errors --------------------
+
+LAST_MESSAGE_ONLY = (
+    "<|im_start|>{{ messages[-1]['role'] }}\n{{ messages[-1]['content'] }}<|im_end|>\n"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+DROPS_EARLIER_ASSISTANT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+NO_ASSISTANT_CONTENT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] != 'assistant' %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        (LAST_MESSAGE_ONLY, "does not preserve the prefix"),
+        (DROPS_EARLIER_ASSISTANT, "does not preserve the prefix"),
+        (NO_ASSISTANT_CONTENT, "does not render assistant content"),
+        ("{% for m in messages %}", "not valid jinja2"),
+    ],
+)
+def test_templates_that_break_the_diff_raise(template: str, message: str) -> None:
+    with pytest.raises(TemplateError, match=message):
+        ObservationEncoder(_with_template(template))
+
+
+def test_inline_format_needs_no_diffable_template() -> None:
+    encoder = ObservationEncoder(_with_template(DROPS_EARLIER_ASSISTANT), "inline")
+    assert (
+        encoder.encode_observation("7", action_ended_with_eos=False)[1]
+        == "\n<output>\n7\n</output>\n"
+    )
+
+
+def test_tokenizer_without_chat_template_raises(tmp_path: Path) -> None:
+    root = _small_chatml_dir(tmp_path / "no_template")
+    (root / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}), "utf-8")
+    with pytest.raises(TemplateError, match="no chat template"):
+        load_tokenizer(root)
+
+
+@pytest.mark.parametrize("spec", [123, b"bytes", ["a list"], "/no/such/tokenizer/dir"])
+def test_load_tokenizer_rejects_other_specs(spec: object) -> None:
+    with pytest.raises(InvalidConfigError, match="a Hugging Face tokenizer object") as info:
+        load_tokenizer(spec)
+    assert isinstance(info.value, VTError)
+
+
+def test_encoder_rejects_bad_arguments(vt: ChatTokenizer) -> None:
+    with pytest.raises(InvalidConfigError, match="Did you mean 'chat'"):
+        ObservationEncoder(vt, "chatt")
+    with pytest.raises(InvalidConfigError, match="single field"):
+        ObservationEncoder(vt, "inline", inline_template="<output></output>")
+    with pytest.raises(InvalidConfigError, match="single field"):
+        ObservationEncoder(vt, "inline", inline_template="{text}{other}")
+    with pytest.raises(InvalidConfigError):
+        ObservationEncoder(vt, "inline", inline_template="{text")
+
+
+# -- the Hugging Face adapter -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hf() -> ChatTokenizer:
+    transformers = pytest.importorskip("transformers")
+    fast = transformers.PreTrainedTokenizerFast.from_pretrained(
+        str(DEFAULT_TOKENIZER_DIR), local_files_only=True
+    )
+    return load_tokenizer(fast)
+
+
+def test_hf_adapter_matches_vt_tokenizer(hf: ChatTokenizer, vt: ChatTokenizer) -> None:
+    from vt_envs.core.tokenizer import HFTokenizer
+
+    assert isinstance(hf, HFTokenizer)
+    facts = ("vocab_size", "eos_token", "eos_token_id", "pad_token_id")
+    assert [getattr(hf, f) for f in facts] == [getattr(vt, f) for f in facts]
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "q <sql>"}]
+    for flag in (True, False):
+        assert hf.apply_chat_template(messages, add_generation_prompt=flag) == (
+            vt.apply_chat_template(messages, add_generation_prompt=flag)
+        )
+    hf_encoder, vt_encoder = ObservationEncoder(hf), ObservationEncoder(vt)
+    for eos in (True, False):
+        got = hf_encoder.encode_observation("out  1", action_ended_with_eos=eos)
+        want = vt_encoder.encode_observation("out  1", action_ended_with_eos=eos)
+        assert got[0].tolist() == want[0].tolist() and got[1] == want[1]
+
+
+@SETTINGS
+@given(unicode_text)
+def test_hf_adapter_gives_identical_ids(hf: ChatTokenizer, vt: ChatTokenizer, text: str) -> None:
+    ids = vt.encode(text)
+    assert hf.encode(text) == ids
+    assert hf.decode(ids) == text

@@ -1,0 +1,30 @@
+"""The public API in ``__all__`` is honest, and vt_envs stays light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import vt_envs
+
+
+def test_all_names_exist():
+    missing = [name for name in vt_envs.__all__ if not hasattr(vt_envs, name)]
+    assert missing == []
+
+
+def test_vt_envs_imports_without_torch_vllm_deepspeed():
+    blocker = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in {'torch', 'vllm', 'deepspeed', 'transformers'}:\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import vt_envs, gymnasium as gym\n"
+        "env = gym.make('VT-Lookup-v0'); env.reset(seed=0)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'torch','vllm','deepspeed'}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

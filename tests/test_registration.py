@@ -1,0 +1,66 @@
+"""Registration: ids, gym.make forms, and developer-error messages (pinned)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+
+import vt_envs
+from vt_envs.errors import UnknownKwargError, UnknownNameError
+
+EXPECTED_IDS = {"VT-Lookup-v0"}
+
+
+def test_import_registers_every_vt_id():
+    assert EXPECTED_IDS <= set(vt_envs.registered_envs())
+    for env_id in vt_envs.registered_envs():
+        assert env_id in gym.registry
+
+
+def test_module_prefixed_id_works_in_a_fresh_interpreter():
+    code = (
+        "import gymnasium as gym\n"
+        "env = gym.make('vt_envs:VT-Lookup-v0')\n"
+        "obs, info = env.reset(seed=0)\n"
+        "print(info['task_id'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("lookup/train/")
+
+
+def test_unknown_kwarg_says_did_you_mean_and_lists_accepted():
+    with pytest.raises(UnknownKwargError) as err:
+        gym.make("VT-Lookup-v0", max_turn=3)
+    message = str(err.value)
+    assert "got an unexpected keyword argument 'max_turn'. Did you mean 'max_turns'?" in message
+    assert "Accepted keywords:" in message and "tokenizer" in message
+    assert isinstance(err.value, TypeError)  # still a TypeError for generic handlers
+
+
+def test_unknown_id_gymnasium_and_vt_make():
+    with pytest.raises(gym.error.NameNotFound, match="Did you mean: `VT-Lookup`"):
+        gym.make("VT-Lookp-v0")
+    with pytest.raises(UnknownNameError) as err:
+        vt_envs.make("VT-Lookp-v0")
+    assert "Unknown env id 'VT-Lookp-v0'. Did you mean 'VT-Lookup-v0'?" in str(err.value)
+    assert "vt_envs.registered_envs()" in str(err.value)
+
+
+def test_wrong_version_names_the_existing_one():
+    with pytest.raises(gym.error.VersionNotFound, match="v0"):
+        gym.make("VT-Lookup-v9")
+
+
+def test_vt_make_returns_the_raw_env_with_spec():
+    env = vt_envs.make("VT-Lookup-v0", max_turns=2)
+    assert isinstance(env, vt_envs.ToolEnv) and env.spec.id == "VT-Lookup-v0"
+    assert env.max_turns == 2
+
+
+def test_oracle_for_unknown_and_known():
+    assert isinstance(vt_envs.oracle_for("VT-Lookup-v0"), vt_envs.OraclePolicy)
+    with pytest.raises(UnknownNameError, match="Unknown env id"):
+        vt_envs.oracle_for("VT-Nope-v0")
