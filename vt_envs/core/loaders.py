@@ -74,9 +74,9 @@ def _detect_format(path: Path) -> str:
 def read_records(path: str | os.PathLike[str], *, format: str | None = None) -> list[dict[str, Any]]:
     """Read every record of a JSONL, JSON (a list of objects) or Parquet file."""
     path = Path(path)
+    fmt = format or _detect_format(path)
     if not path.exists():
         raise DatasetFormatError(f"dataset file {str(path)!r} does not exist")
-    fmt = format or _detect_format(path)
     if fmt == "jsonl":
         records = []
         with path.open(encoding="utf-8") as f:

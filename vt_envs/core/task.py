@@ -143,5 +143,3 @@ class GeneratedTasks(TaskSource):
         return task
 
 
-def coerce_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
-    return dict(metadata or {})
