@@ -302,6 +302,8 @@ def test_unclosed_tag() -> None:
     assert result.reason == "unclosed_tag"
     assert '<tool_call>{"name": "TOOL", "arguments": {...}}</tool_call>' in result.message
     assert P.parse("<answer>5").reason == "unclosed_tag"
+    # The first unclosed tag is the one reported.
+    assert "<sql> block" in P.parse("<sql>SELECT <python>x <answer>5").message
 
 
 def test_stray_closing_tag_is_no_action() -> None:

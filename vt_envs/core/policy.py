@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vt_envs.core.loop import run_sync
 from vt_envs.core.task import Task
 
 __all__ = ["Policy", "OraclePolicy", "EpisodeResult", "run_episode", "arun_episode"]
@@ -71,6 +70,27 @@ class EpisodeResult:
     infos: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _start(policy: Policy, task: Task, obs: Mapping[str, Any], info: dict) -> EpisodeResult:
+    policy.reset(task)
+    result = EpisodeResult(info["task_id"], 0.0, False, False, 0)
+    _record(result, obs, info)
+    return result
+
+
+def _record(result: EpisodeResult, obs: Mapping[str, Any], info: dict) -> None:
+    result.observations.append(obs["text"])
+    result.tokens.extend(obs["tokens"].tolist())
+    result.infos.append(info)
+
+
+def _end(result: EpisodeResult, reward: float, terminated: bool, truncated: bool) -> bool:
+    if terminated or truncated:
+        result.reward, result.terminated, result.truncated = float(reward), terminated, truncated
+        result.turns = result.infos[-1]["turn"]
+        return True
+    return False
+
+
 async def arun_episode(
     env: Any,
     policy: Policy,
@@ -84,21 +104,13 @@ async def arun_episode(
     their ids are not included).
     """
     obs, info = await env.areset(seed=seed, options=options)
-    policy.reset(env.task)
-    result = EpisodeResult(info["task_id"], 0.0, False, False, 0)
-    result.observations.append(obs["text"])
-    result.tokens.extend(obs["tokens"].tolist())
-    result.infos.append(info)
+    result = _start(policy, env.task, obs, info)
     while True:
         action = policy.act(obs["text"], info)
-        obs, reward, terminated, truncated, info = await env.astep(action)
         result.actions.append(action)
-        result.observations.append(obs["text"])
-        result.tokens.extend(obs["tokens"].tolist())
-        result.infos.append(info)
-        if terminated or truncated:
-            result.reward, result.terminated, result.truncated = reward, terminated, truncated
-            result.turns = info["turn"]
+        obs, reward, terminated, truncated, info = await env.astep(action)
+        _record(result, obs, info)
+        if _end(result, reward, terminated, truncated):
             return result
 
 
@@ -109,12 +121,14 @@ def run_episode(
     seed: int | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> EpisodeResult:
-    """Run one episode of ``policy`` on ``env`` (a ``gym.make`` env or a raw ToolEnv).
-
-    Drives :func:`arun_episode` on the library loop, on the unwrapped env.
-    """
-    return run_sync(
-        arun_episode(env.unwrapped, policy, seed=seed, options=options),
-        method="run_episode",
-        async_method="arun_episode",
-    )
+    """Run one episode of ``policy`` on ``env`` (a ``gym.make`` env or a raw ToolEnv),
+    through its public ``reset``/``step`` (so Gymnasium's wrappers see the calls)."""
+    obs, info = env.reset(seed=seed, options=options)
+    result = _start(policy, env.unwrapped.task, obs, info)
+    while True:
+        action = policy.act(obs["text"], info)
+        result.actions.append(action)
+        obs, reward, terminated, truncated, info = env.step(action)
+        _record(result, obs, info)
+        if _end(result, reward, terminated, truncated):
+            return result
