@@ -70,3 +70,9 @@ register_env(
     oracle="vt_envs.domains.lookup:LookupOracle",
     description="sanity: call `lookup` with the key from the prompt, answer its value",
 )
+register_env(
+    "VT-Math-v0",
+    builder="vt_envs.domains.math:make_math_env",
+    oracle="vt_envs.domains.math:MathOracle",
+    description="math word/algebra problems with a sandboxed persistent Python interpreter",
+)

@@ -297,7 +297,9 @@ class ToolEnv(gym.Env[dict, str]):
         info_extra: dict[str, Any] = {}
 
         if parse.kind == "answer":
-            score = self.verifier(episode.task, parse.answer or "")
+            # Off the event loop: a slow verifier (math-verify, SQL execution)
+            # must not stall the other episodes sharing this loop.
+            score = await asyncio.to_thread(self.verifier, episode.task, parse.answer or "")
             return await self._finish(parse, score, truncated=False, ended_with_eos=ended_with_eos)
 
         if parse.kind == "tool_call" and self._tool_budget_left(episode) > 0:

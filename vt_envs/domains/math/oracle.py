@@ -1,0 +1,79 @@
+"""Scripted policies for VT-Math-v0: the interpreter oracle and a no-tool baseline.
+
+:class:`MathOracle` proves the env solvable end to end: it sends Python that
+computes the answer, reads the printed result back *from the observation*
+(not from the task), and answers it. On embedded tasks the code is the
+task's own ``assets["solution_code"]``; on loaded datasets (which carry no
+code) it prints the gold, which still exercises the tool round trip.
+
+:class:`MathNoToolPolicy` answers at once, without the tool, with a crude
+guess (the last number in the question): the floor a tool-using policy
+must beat.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from vt_envs.core.policy import OraclePolicy, Policy
+from vt_envs.core.task import Task
+
+__all__ = ["ORACLE_MARKER", "MathNoToolPolicy", "MathOracle"]
+
+ORACLE_MARKER = "ORACLE_ANSWER="
+_MARKED = re.compile(re.escape(ORACLE_MARKER) + r"(\".*\")")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def oracle_code(task: Task) -> str:
+    """Python that prints ``ORACLE_ANSWER="<answer>"`` (JSON-quoted) for ``task``."""
+    solution = task.assets.get("solution_code") if task.assets else None
+    if solution is None:
+        return f"import json\nprint({ORACLE_MARKER!r} + json.dumps({str(task.gold)!r}))"
+    # Run the solution with stdout captured, so only its printed answer is marked.
+    return (
+        "import contextlib, io, json\n"
+        "_out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(_out):\n"
+        f"    exec({solution!r}, {{}})\n"
+        f"print({ORACLE_MARKER!r} + json.dumps(_out.getvalue().strip()))"
+    )
+
+
+class MathOracle(OraclePolicy):
+    """Computes the answer in the env's Python interpreter, then answers what it printed.
+
+    Turn 0 sends ``<python>CODE</python>``; turn 1 answers
+    ``<answer>VALUE</answer>`` with the value read from the observation
+    (``""`` if the output is missing, which then scores 0).
+    """
+
+    def next_action(self, observation: str, info: Mapping[str, Any]) -> str:
+        if self.turn == 0:
+            return f"<python>\n{oracle_code(self.task)}\n</python>"
+        return f"<answer>{read_marked_answer(observation)}</answer>"
+
+
+def read_marked_answer(observation: str) -> str:
+    """The value the oracle's code printed, read from an observation in any format."""
+    matches = _MARKED.findall(observation)
+    if not matches:
+        return ""
+    try:
+        return str(json.loads(matches[-1]))
+    except json.JSONDecodeError:
+        return ""
+
+
+class MathNoToolPolicy(Policy):
+    """The no-tool baseline: answers ``\\boxed{N}`` at once, N the last number in the question."""
+
+    def reset(self, task: Task) -> None:
+        numbers = _NUMBER.findall(task.prompt)
+        self.guess = numbers[-1].replace(",", "") if numbers else "0"
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        return f"The answer is \\boxed{{{self.guess}}}."
