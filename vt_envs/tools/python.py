@@ -1,0 +1,157 @@
+"""``python``: a persistent, sandboxed Python interpreter per episode.
+
+The only way model-written Python runs in VT. Each episode gets its own
+sandbox (see :mod:`vt_envs.sandbox`); the namespace persists across calls
+like notebook cells, and the last expression's ``repr`` is shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from vt_envs.core.tool import Tool, ToolResult
+from vt_envs.errors import InvalidConfigError
+from vt_envs.sandbox.policy import SandboxPolicy
+from vt_envs.sandbox.python_worker import PYTHON_MODES, PythonOutcome, PythonWorker, WarmPool
+from vt_envs.tools._sandboxed import cap_text, decode, resolve, task_files, truncation_note
+
+__all__ = ["TRACEBACK_STYLES", "PythonTool"]
+
+TRACEBACK_STYLES = ("last_line", "full")
+
+
+class PythonTool(Tool):
+    """Run Python code in the episode's sandboxed interpreter.
+
+    Args:
+        timeout_s: wall-clock limit of one call; on expiry the interpreter is
+            killed and restarted (its state is lost, and the agent is told).
+        policy: sandbox limits; default :class:`SandboxPolicy()`.
+        isolation: shortcut for ``policy.isolation`` (``"auto"``, ``"bwrap"``,
+            ``"unshare"``, or ``"none-i-understand-this-is-unsafe"``).
+        mode: ``"persistent"`` (one namespace per episode) or ``"fork"``
+            (fresh state per call, forked from a warm interpreter).
+        traceback: ``"last_line"`` (``Error: ZeroDivisionError: division by
+            zero``) or ``"full"`` (the traceback of the agent's code).
+        max_output_chars: cap on the text returned to the agent.
+        prestart: sandboxes kept started and waiting, so ``open_session`` is
+            a hand-over (0 starts each episode's sandbox on demand).
+
+    Raises:
+        SandboxUnavailableError: no isolation layer works here.
+    """
+
+    name: ClassVar[str] = "python"
+    description: ClassVar[str] = (
+        "Run Python 3 code in a sandboxed interpreter. Variables, imports and functions "
+        "persist between calls. Printed output and the value of the last expression are "
+        "returned. No network access; files live in the current directory."
+    )
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "description": "Python code to run."}},
+        "required": ["code"],
+        "additionalProperties": False,
+    }
+    tag_argument: ClassVar[str | None] = "code"
+
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 10.0,
+        policy: SandboxPolicy | None = None,
+        isolation: str | None = None,
+        mode: str = "persistent",
+        traceback: str = "last_line",
+        max_output_chars: int = 4000,
+        prestart: int = 0,
+    ):
+        super().__init__(timeout_s=timeout_s)
+        if mode not in PYTHON_MODES:
+            raise InvalidConfigError(f"mode must be one of {PYTHON_MODES}, got {mode!r}")
+        if traceback not in TRACEBACK_STYLES:
+            raise InvalidConfigError(
+                f"traceback must be one of {TRACEBACK_STYLES}, got {traceback!r}"
+            )
+        if max_output_chars < 100:
+            raise InvalidConfigError(f"max_output_chars must be >= 100, got {max_output_chars}")
+        if prestart < 0:
+            raise InvalidConfigError(f"prestart must be >= 0, got {prestart}")
+        self.isolation = resolve(policy, isolation)
+        self.mode, self.traceback, self.max_output_chars = mode, traceback, max_output_chars
+        self._pool = WarmPool(self.isolation, size=prestart, python_mode=mode) if prestart else None
+
+    async def open_session(self, task: Any) -> PythonWorker:
+        worker = PythonWorker(
+            self.isolation,
+            files=task_files(task),
+            mode=self.mode,
+            max_repr_chars=self.max_output_chars,
+            pool=self._pool,
+        )
+        await worker.start()
+        return worker
+
+    async def close_session(self, session: PythonWorker | None) -> None:
+        if session is not None:
+            await session.close()
+
+    async def call(self, session: PythonWorker, arguments: Mapping[str, Any]) -> ToolResult:
+        outcome = await session.run(str(arguments["code"]), self.timeout_s)
+        return self.format(outcome)
+
+    def format(self, outcome: PythonOutcome) -> ToolResult:
+        """Turn an outcome into the text the agent reads, plus error kind and metrics."""
+        parts = [decode(outcome.stdout), decode(outcome.stderr)]
+        parts = [p.rstrip("\n") for p in parts if p]
+        if outcome.value is not None:
+            parts.append(outcome.value)
+        notes = [
+            truncation_note(outcome.stdout, "stdout"),
+            truncation_note(outcome.stderr, "stderr"),
+        ]
+        error = None
+        lost = (
+            "the interpreter was restarted and its state was lost (variables, imports "
+            "and definitions must be re-created)"
+        )
+        if self.mode == "fork":
+            lost = "a fresh interpreter runs the next call"
+        if outcome.status == "error":
+            error = outcome.kind or "exception"
+            if self.traceback == "full" and outcome.traceback:
+                parts.append(outcome.traceback.rstrip("\n"))
+            else:
+                parts.append(f"Error: {outcome.exc_type}: {outcome.message}".rstrip(": "))
+        elif outcome.status == "timeout":
+            error = "timeout"
+            parts.append(f"Timed out after {self.timeout_s:g} s; {lost}.")
+        elif outcome.status == "exit":
+            error = "exit"
+            parts.append(f"The code called exit (code {outcome.message}); {lost}.")
+        elif outcome.status != "ok":
+            error = "crashed"
+            parts.append(
+                f"The interpreter crashed (killed by a signal or a resource limit); {lost}."
+            )
+        text, capped = cap_text("\n".join(parts), self.max_output_chars)
+        notes = [n for n in notes if n]
+        if notes:
+            text = f"{text}\n" + "\n".join(notes)
+        truncated = outcome.truncated or capped
+        # Truncated output is a successful call (the code ran): the agent reads
+        # the note in the text, and metrics["truncated"] records it.
+        metrics = {
+            "exec_s": outcome.elapsed_s,
+            "truncated": float(truncated),
+            "restarted": float(outcome.restarted),
+            "output_bytes": float(outcome.stdout.total + outcome.stderr.total),
+        }
+        return ToolResult(
+            text=text or "(no output)", ok=error is None, error=error, metrics=metrics
+        )
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
