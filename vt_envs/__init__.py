@@ -76,3 +76,9 @@ register_env(
     oracle="vt_envs.domains.math:MathOracle",
     description="math word/algebra problems with a sandboxed persistent Python interpreter",
 )
+register_env(
+    "VT-SQL-v0",
+    builder="vt_envs.domains.sql:make_sql_env",
+    oracle="vt_envs.domains.sql:SQLOracle",
+    description="text-to-SQL on read-only DuckDB databases, execution-match reward",
+)

@@ -1,0 +1,100 @@
+"""Fixtures of the SQL domain tests: a private cache dir, the embedded databases,
+and a tiny Spider-format dataset."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def sql_cache(tmp_path_factory: pytest.TempPathFactory):
+    """A session-wide VT_CACHE_DIR, so tests build the databases once and never
+    touch the user's cache."""
+    path = tmp_path_factory.mktemp("vt_cache")
+    old = os.environ.get("VT_CACHE_DIR")
+    os.environ["VT_CACHE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("VT_CACHE_DIR", None)
+    else:
+        os.environ["VT_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="session")
+def db_paths(sql_cache) -> dict[str, Path]:
+    from vt_envs.domains.sql.databases import EMBEDDED_DATABASES, database_path
+
+    return {name: database_path(name) for name in EMBEDDED_DATABASES}
+
+
+def make_spider_fixture(root: Path) -> dict[str, str]:
+    """A tiny Spider/BIRD-format dataset: one SQLite db, tables.json, dev.json."""
+    db_dir = root / "database" / "concert"
+    db_dir.mkdir(parents=True)
+    con = sqlite3.connect(db_dir / "concert.sqlite")
+    con.executescript(
+        """
+        CREATE TABLE singer (singer_id INT PRIMARY KEY, name TEXT, country TEXT, age INT,
+                             net_worth REAL);
+        CREATE TABLE "Concert Hall" (hall_id INTEGER PRIMARY KEY, "Hall Name" TEXT,
+                             singer_id INT, capacity INT,
+                             FOREIGN KEY (singer_id) REFERENCES singer(singer_id));
+        INSERT INTO singer VALUES (1, 'Joe', 'France', 52, 1.5), (2, 'Ann', 'Netherlands', 32, 2),
+                                  (3, 'Tim', 'France', 'unknown', NULL);
+        INSERT INTO "Concert Hall" VALUES (1, 'Arena', 1, 5000), (2, 'Club', 2, 300),
+                                          (3, 'Dome', 1, 20000);
+        """
+    )
+    con.commit()
+    con.close()
+    questions = [
+        {
+            "question": "How many singers are from France?",
+            "query": "SELECT count(*) FROM singer WHERE country = 'France'",
+            "db_id": "concert",
+        },
+        {
+            "question": "What are the names and capacities of the halls of Joe?",
+            "SQL": "SELECT `Hall Name`, capacity FROM `Concert Hall` AS h JOIN singer AS s "
+            "ON h.singer_id = s.singer_id WHERE s.name = 'Joe'",
+            "evidence": "Joe is the name of a singer",
+            "db_id": "concert",
+            "question_id": 7,
+            "difficulty": "simple",
+        },
+        {
+            "question": "Uses a SQLite-only function",
+            "query": "SELECT julianday('now') - julianday(name) FROM singer",
+            "db_id": "concert",
+        },
+    ]
+    (root / "dev.json").write_text(json.dumps(questions))
+    tables = [
+        {
+            "db_id": "concert",
+            "table_names_original": ["singer", "Concert Hall"],
+            "column_names_original": [
+                [-1, "*"], [0, "singer_id"], [0, "name"], [0, "country"], [0, "age"],
+                [0, "net_worth"], [1, "hall_id"], [1, "Hall Name"], [1, "singer_id"],
+                [1, "capacity"],
+            ],
+            "primary_keys": [1, 6],
+            "foreign_keys": [[8, 1]],
+        }
+    ]
+    (root / "tables.json").write_text(json.dumps(tables))
+    return {
+        "questions": str(root / "dev.json"),
+        "database_dir": str(root / "database"),
+        "tables": str(root / "tables.json"),
+    }
+
+
+@pytest.fixture
+def spider_files(tmp_path: Path, sql_cache) -> dict[str, str]:
+    return make_spider_fixture(tmp_path)
