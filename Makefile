@@ -17,10 +17,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# Installs the package (editable) with its dev extras; the stamp records which
-# metadata it was installed from.
-$(VENV)/.installed-dev: $(BIN)/python pyproject.toml setup.cfg
-	$(PIP) install --quiet -c constraints/cpu.txt -e ".[dev]"
+# Installs the package (editable) with its train and dev extras, torch pinned
+# to the CPU build; the stamp records which metadata it was installed from.
+$(VENV)/.installed-dev: $(BIN)/python pyproject.toml setup.cfg constraints/cpu.txt
+	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev]"
 	@touch $@
 
 test: $(VENV)/.installed-dev
