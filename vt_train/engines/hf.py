@@ -1,0 +1,331 @@
+"""A rollout engine over a Hugging Face ``transformers`` causal LM (CPU fallback, tests).
+
+Requests are async and per trajectory; the engine batches whatever is
+pending. While a batch generates (on a worker thread, so the event loop keeps
+stepping envs), new requests queue up and form the next batch. Each batch is
+a manual sampling loop over the KV cache with left padding: pad ids on the
+left, attention mask 0 there, and position ids that count real tokens only,
+so a padded row computes what it would alone.
+
+Every row samples independently: its own temperature, top-p, stop strings,
+``max_new_tokens`` and, if it has a seed, its own ``torch.Generator``.
+Finished rows are dropped from the cache, so a batch costs what its live
+rows cost.
+
+Log-probabilities follow the engine protocol: ``log_softmax(logits / T)``
+of the sampled token, before top-p truncation; greedy (``T == 0``) reports
+``log_softmax(logits)`` of the argmax token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
+from vt_envs.errors import InvalidConfigError
+
+from .base import (
+    EngineClosedError,
+    FinishReason,
+    Generation,
+    RolloutEngine,
+    SamplingParams,
+    StopChecker,
+)
+
+__all__ = ["HFEngine"]
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    params: SamplingParams
+    future: asyncio.Future[Generation]
+    queued_at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class _Row:
+    """The sampling state of one request inside a batch."""
+
+    request: _Request
+    stop: StopChecker
+    generator: torch.Generator | None
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+
+
+class HFEngine(RolloutEngine):
+    """Batched generation with a ``transformers`` causal LM.
+
+    Args:
+        model: a causal LM (``AutoModelForCausalLM`` instance) or the path of
+            a local model directory (loaded with ``local_files_only=True``).
+        tokenizer: anything :func:`vt_envs.core.tokenizer.load_tokenizer`
+            accepts (``None``: the shipped default); used for eos and to
+            decode tails for stop strings.
+        max_batch_size: the most requests one batch serves.
+        device: where the model runs.
+        seed: seeds the engine RNG used by requests without a seed.
+
+    Attributes:
+        num_batches: batches run so far; ``batch_sizes`` lists their sizes.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        max_batch_size: int = 64,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+    ):
+        if max_batch_size < 1:
+            raise InvalidConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if isinstance(model, (str, os.PathLike)):
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(str(model), local_files_only=True)
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenizer: ChatTokenizer = load_tokenizer(tokenizer)
+        self.max_batch_size = max_batch_size
+        self.weights_version = 0
+        self.num_batches = 0
+        self.batch_sizes: list[int] = []
+        self._rng = torch.Generator(device=self.device).manual_seed(seed)
+        # Generation, scoring and weight loads never overlap on the model.
+        self._model_lock = threading.Lock()
+        self._pending: list[_Request] = []
+        self._worker: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- generate: queue, batch, sample ---------------------------------------
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        if self._closed:
+            raise EngineClosedError("HFEngine.generate called after aclose()")
+        if len(prompt_ids) == 0:
+            raise InvalidConfigError("HFEngine.generate needs a non-empty prompt")
+        loop = asyncio.get_running_loop()
+        request = _Request([int(t) for t in prompt_ids], params, loop.create_future())
+        self._pending.append(request)
+        if self._worker is None or self._worker.done():
+            self._worker = loop.create_task(self._serve())
+        return await request.future
+
+    async def _serve(self) -> None:
+        """Run batches until the queue is empty; requests that arrive while a
+        batch runs wait for the next one."""
+        while self._pending:
+            batch = self._pending[: self.max_batch_size]
+            del self._pending[: len(batch)]
+            try:
+                generations = await asyncio.to_thread(self._generate_batch, batch)
+            except Exception as exc:  # every waiter sees the failure
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(exc)
+                continue
+            for request, generation in zip(batch, generations):
+                if not request.future.done():  # the caller may have been cancelled
+                    request.future.set_result(generation)
+
+    def _generate_batch(self, requests: list[_Request]) -> list[Generation]:
+        started = time.perf_counter()
+        rows = [self._new_row(r) for r in requests]
+        with self._model_lock, torch.inference_mode():
+            self._sampling_loop(rows)
+        self.num_batches += 1
+        self.batch_sizes.append(len(rows))
+        elapsed = time.perf_counter() - started
+        return [
+            Generation(
+                token_ids=row.token_ids,
+                logprobs=row.logprobs,
+                finish_reason=row.finish_reason or "length",
+                metrics={
+                    "batch_size": float(len(rows)),
+                    "queue_s": started - row.request.queued_at,
+                    "batch_s": elapsed,
+                    "weights_version": float(self.weights_version),
+                },
+            )
+            for row in rows
+        ]
+
+    def _new_row(self, request: _Request) -> _Row:
+        seed = request.params.seed
+        generator = None
+        if seed is not None and request.params.temperature > 0:
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        return _Row(request, StopChecker(request.params.stop, self.tokenizer.decode), generator)
+
+    def _sampling_loop(self, rows: list[_Row]) -> None:
+        live = [row for row in rows if row.request.params.max_new_tokens > 0]
+        if not live:
+            return
+        input_ids, attention_mask = self._left_pad([row.request.prompt for row in live])
+        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache, next_position = out.past_key_values, position_ids[:, -1] + 1
+        logits = out.logits[:, -1].float()
+        while True:
+            tokens = self._sample(logits, live)
+            keep = [i for i, row in enumerate(live) if not self._append(row, tokens[i])]
+            if not keep:
+                return
+            if len(keep) < len(live):  # drop finished rows from the batch and the cache
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                live = [live[i] for i in keep]
+                tokens, attention_mask = tokens[index], attention_mask[index]
+                next_position = next_position[index]
+            attention_mask = torch.cat(
+                [attention_mask, attention_mask.new_ones(len(live), 1)], dim=1
+            )
+            out = self.model(
+                input_ids=tokens[:, None],
+                attention_mask=attention_mask,
+                position_ids=next_position[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache, next_position = out.past_key_values, next_position + 1
+            logits = out.logits[:, -1].float()
+
+    def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[i, width - len(prompt) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
+        """One token per row; records each row's logprob in ``row.logprobs``."""
+        temperatures = torch.tensor(
+            [row.request.params.temperature or 1.0 for row in rows], device=logits.device
+        )
+        logprobs = torch.log_softmax(logits / temperatures[:, None], dim=-1)
+        tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
+        for i, row in enumerate(rows):
+            params = row.request.params
+            if params.temperature == 0:
+                tokens[i] = torch.argmax(logprobs[i])
+            else:
+                probs = _top_p(logprobs[i].exp(), params.top_p)
+                tokens[i] = torch.multinomial(probs, 1, generator=row.generator or self._rng)[0]
+        chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()
+        for row, logprob in zip(rows, chosen):
+            row.logprobs.append(logprob)
+        return tokens
+
+    def _append(self, row: _Row, token: torch.Tensor) -> bool:
+        """Add a sampled token to its row; True if the row is finished."""
+        row.token_ids.append(int(token))
+        if row.token_ids[-1] == self.tokenizer.eos_token_id:
+            row.finish_reason = "eos"
+        elif row.stop and row.stop.hit(row.token_ids):
+            row.finish_reason = "stop"
+        elif len(row.token_ids) >= row.request.params.max_new_tokens:
+            row.finish_reason = "length"
+        return row.finish_reason is not None
+
+    # -- weights and scoring ------------------------------------------------------
+
+    def load_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """Copy ``state_dict`` into the model's parameters in place (waits for a
+        running batch to finish). Raises :class:`InvalidConfigError` naming
+        missing or unexpected keys; tied weights may be omitted."""
+        own = self.model.state_dict()
+        unexpected = sorted(set(state_dict) - set(own))
+        tied = _tied_keys(self.model)
+        missing = sorted(set(own) - set(state_dict) - tied)
+        if unexpected or missing:
+            raise InvalidConfigError(
+                f"HFEngine.load_weights: the state dict does not match the model "
+                f"(missing {missing[:5]}, unexpected {unexpected[:5]}); pass the full state "
+                "dict of the same architecture (unwrapped: no 'module.' prefix)"
+            )
+        with self._model_lock, torch.no_grad():
+            for name, tensor in state_dict.items():
+                own[name].copy_(torch.as_tensor(tensor))
+        self.weights_version += 1
+
+    def score(
+        self, sequences: Sequence[Sequence[int]], temperature: float = 1.0
+    ) -> list[list[float]]:
+        """``log_softmax(logits / T)`` of token t given tokens < t, for t >= 1
+        (``T == 0`` scores at ``T = 1``, as greedy generation reports)."""
+        scale = temperature or 1.0
+        results: list[list[float]] = []
+        with self._model_lock, torch.inference_mode():
+            for start in range(0, len(sequences), self.max_batch_size):
+                chunk = [list(s) for s in sequences[start : start + self.max_batch_size]]
+                results.extend(self._score_chunk(chunk, scale))
+        return results
+
+    def _score_chunk(self, sequences: list[list[int]], scale: float) -> list[list[float]]:
+        # Right padding: under a causal mask, pads after a sequence change nothing in it.
+        width = max(len(s) for s in sequences)
+        ids = torch.full((len(sequences), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, seq in enumerate(sequences):
+            ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            mask[i, : len(seq)] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
+        logprobs = torch.log_softmax(logits[:, :-1] / scale, dim=-1)
+        chosen = logprobs.gather(2, ids[:, 1:, None])[..., 0]
+        return [chosen[i, : len(seq) - 1].tolist() for i, seq in enumerate(sequences)]
+
+    async def aclose(self) -> None:
+        self._closed = True
+        pending, self._pending = self._pending, []
+        for request in pending:
+            if not request.future.done():
+                request.future.set_exception(EngineClosedError("HFEngine closed"))
+        if self._worker is not None and not self._worker.done():
+            await self._worker  # let the running batch finish; its thread cannot be killed
+
+
+def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero out the tail outside the smallest set with mass >= ``top_p``
+    (``torch.multinomial`` renormalizes)."""
+    if top_p >= 1.0:
+        return probs
+    sorted_probs, order = torch.sort(probs, descending=True)
+    # Keep a token if the mass before it is < top_p (the first is always kept).
+    keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
+    return torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+
+
+def _tied_keys(model: Any) -> set[str]:
+    """State-dict keys that alias another parameter (e.g. a tied lm_head)."""
+    seen: dict[int, str] = {}
+    tied: set[str] = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        key = tensor.data_ptr()
+        if key in seen:
+            tied.add(name)
+        else:
+            seen[key] = name
+    return tied

