@@ -15,6 +15,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "vt_bench.sandbox_speed",
         "Sandbox latency: persistent worker vs fresh subprocess.",
     ),
+    "rollout-speed": (
+        "vt_bench.rollout_speed",
+        "Rollout wall time: trajectory-level async vs synchronous batch, same work.",
+    ),
     "sql-speed": (
         "vt_bench.sql_speed",
         "VT-SQL-v0 oracle steps/s, embedded DB build times and sizes, tool/verifier latency.",

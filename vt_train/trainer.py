@@ -194,7 +194,7 @@ class Trainer:
         self.actor.eval()
         if cfg.rollout.logprobs == "recompute":
             old = torch.cat([forward_logprobs(self.actor, mb, self.temperature)[0] for mb in
-                             _padded_split(batch, cfg.optim.micro_batch_size)])
+                             batch.split(cfg.optim.micro_batch_size, trim=False)])
         else:
             old = batch.rollout_logprobs
         extras["old_logprobs"] = old * mask
@@ -202,7 +202,7 @@ class Trainer:
         token_rewards = None
         if self.reference is not None:
             ref = torch.cat([forward_logprobs(self.reference, mb, self.temperature)[0] for mb in
-                             _padded_split(batch, cfg.optim.micro_batch_size)])
+                             batch.split(cfg.optim.micro_batch_size, trim=False)])
             extras["ref_logprobs"] = ref
             if algo.kl_in_reward:
                 token_rewards = kl_token_rewards(old, ref, mask, algo)
@@ -210,7 +210,7 @@ class Trainer:
         if self.critic is not None:
             self.critic.eval()
             values = torch.cat([self.critic(mb.input_ids, mb.attention_mask) for mb in
-                                _padded_split(batch, cfg.optim.micro_batch_size)]).float()
+                                batch.split(cfg.optim.micro_batch_size, trim=False)]).float()
             extras["old_values"] = values
         advantages, returns = ADVANTAGES.get(algo.advantage)(
             batch.rewards, mask, batch.group_ids, algo, values=values, token_rewards=token_rewards
@@ -409,17 +409,6 @@ class Trainer:
         self.train_env.close()
         self.eval_env.close()
         run_sync(self.engine.aclose(), method="Trainer.close", async_method="engine.aclose")
-
-
-def _padded_split(batch: TrainBatch, size: int) -> list[TrainBatch]:
-    """Micro-batches that keep the batch's full width, so their outputs concatenate."""
-    return [
-        TrainBatch(**{**{f: getattr(batch, f)[s : s + size] for f in (
-            "input_ids", "attention_mask", "loss_mask", "rollout_logprobs", "rewards",
-            "group_ids", "lengths")}, "num_tokens": batch.num_tokens,
-            "num_sequences": batch.num_sequences})
-        for s in range(0, len(batch), size)
-    ]
 
 
 def _progress(iterable: Any, enabled: bool) -> Any:

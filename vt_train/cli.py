@@ -1,0 +1,91 @@
+"""``vt-train``: the trainer's command line.
+
+    vt-train RECIPE.yaml [key=value ...]          RL (PPO / GRPO / ...) from a recipe
+    vt-train sft RECIPE.yaml [key=value ...]      SFT warm-up on oracle trajectories
+    vt-train resume RUN_DIR [key=value ...]       continue an RL run from its last checkpoint
+    vt-train check RECIPE.yaml [...]              validate a recipe (no model is loaded)
+
+Overrides use dotted keys and YAML values: ``algo=ppo rollout.n=8
+optim.lr=5e-5``. The resolved config is written to the run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _rl(recipe: str | None, overrides: Sequence[str], *, resume: bool = False) -> int:
+    from vt_train.config import load_config
+    from vt_train.run_dir import plot_reward_curve
+    from vt_train.trainer import Trainer
+
+    config = load_config(recipe, overrides)
+    trainer = Trainer(config)
+    if resume:
+        trainer.load_checkpoint()
+    summary = trainer.train()
+    plot = plot_reward_curve(config.output_dir, title=f"{config.algo} on {config.env.id}")
+    trainer.close()
+    print(json.dumps(summary, indent=2))
+    print(f"run directory: {config.output_dir} (reward curve: {plot})")
+    return 0
+
+
+def _sft(recipe: str | None, overrides: Sequence[str]) -> int:
+    from vt_train.sft import SFTRunConfig, run_sft_command
+
+    data = yaml.safe_load(Path(recipe).read_text()) if recipe else {}
+    from vt_train.config import apply_overrides, from_dict
+
+    config = from_dict(SFTRunConfig, apply_overrides(data or {}, overrides))
+    print(json.dumps(run_sft_command(config), indent=2))
+    return 0
+
+
+def _check(recipe: str, overrides: Sequence[str]) -> int:
+    from vt_train.config import config_to_dict, load_config
+
+    config = load_config(recipe, overrides)
+    print(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    print(f"# {recipe}: valid ({config.algo} on {config.env.id})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="vt-train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command_or_recipe", help="a recipe path, or sft / resume / check")
+    parser.add_argument("args", nargs="*", help="recipe (for sft/check), run dir (resume), key=value")
+    ns = parser.parse_args(argv)
+    head, rest = ns.command_or_recipe, ns.args
+    if head == "sft":
+        recipe = rest[0] if rest and "=" not in rest[0] else None
+        return _sft(recipe, rest[1:] if recipe else rest)
+    if head == "check":
+        if not rest:
+            parser.error("check needs a recipe path")
+        return _check(rest[0], rest[1:])
+    if head == "resume":
+        if not rest:
+            parser.error("resume needs a run directory")
+        run_dir = Path(rest[0])
+        return _rl(str(run_dir / "config.yaml"), [*rest[1:], f"output_dir={run_dir}"], resume=True)
+    if "=" in head:  # only overrides: the default config
+        return _rl(None, [head, *rest])
+    return _rl(head, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""Trainer configuration: one dataclass per concern, YAML recipes, CLI overrides.
+
+A run is described by :class:`TrainConfig`. Recipes in ``configs/`` are YAML
+files holding any subset of its fields; ``vt-train RECIPE key=value ...``
+overrides single fields with dotted keys (``rollout.n=8``, ``algo=ppo``).
+Every field is documented once, in its dataclass's docstring. Validation
+lives in ``__post_init__``; unknown keys and bad values raise
+:class:`~vt_envs.errors.InvalidConfigError` naming the key, the value and
+the fix. The resolved config is written to every run directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vt_envs.errors import InvalidConfigError, did_you_mean
+from vt_train.algorithms import PRESETS, AlgorithmConfig
+from vt_train.ds_engine import DeepSpeedConfig
+
+__all__ = [
+    "EnvConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "OptimConfig",
+    "TrainConfig",
+    "load_config",
+    "config_to_dict",
+    "apply_overrides",
+]
+
+
+@dataclass
+class EnvConfig:
+    """Which env the policy trains and is evaluated on.
+
+    Attributes:
+        id: a registered env id (``"VT-Lookup-v0"``, ``"VT-Math-v0"``, ...).
+        kwargs: keyword arguments for ``vt_envs.make`` (both splits).
+        eval_split: the held-out split used for evaluation.
+        eval_episodes: held-out episodes per evaluation (greedy decoding).
+    """
+
+    id: str = "VT-Lookup-v0"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    eval_split: str = "test"
+    eval_episodes: int = 100
+
+
+@dataclass
+class ModelConfig:
+    """The policy.
+
+    Attributes:
+        path: a local Hugging Face model directory (GPU recipes point this at
+            e.g. a Qwen2.5 checkpoint on disk); ``None`` builds the tiny model.
+        tiny: overrides of :class:`vt_train.model.TinyModelConfig` when
+            ``path`` is ``None``.
+        tokenizer: a local tokenizer directory; ``None`` uses the model's
+            own (``path``) or VT's default tokenizer (tiny model).
+    """
+
+    path: str | None = None
+    tiny: dict[str, Any] = field(default_factory=dict)
+    tokenizer: str | None = None
+
+
+@dataclass
+class RolloutConfig:
+    """How trajectories are generated each step.
+
+    Attributes:
+        engine: rollout engine: ``"hf"`` (transformers, CPU) or ``"vllm"``.
+        engine_kwargs: extra keyword arguments for the engine.
+        tasks_per_step: distinct tasks per step.
+        n: samples per task (a GRPO group).
+        temperature: sampling temperature during training rollouts.
+        top_p: nucleus sampling mass.
+        max_new_tokens: generation budget per turn.
+        max_context: the model input never exceeds this many tokens.
+        mode: ``"async"`` (trajectory-level) or ``"sync"`` (batch baseline).
+        logprobs: ``"recompute"`` old logprobs with the trainer's forward,
+            or use the engine's ``"rollout"`` logprobs (importance ratio
+            against the sampler, cheaper; exact only if engines agree).
+        sync_check_tol: max |logprob difference| on the probe after a weight
+            sync; larger raises ``WeightSyncError`` (stale weights). ``None``
+            disables the check.
+    """
+
+    engine: str = "hf"
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    tasks_per_step: int = 16
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    max_context: int = 1024
+    mode: str = "async"
+    logprobs: str = "recompute"
+    sync_check_tol: float | None = 1e-3
+
+    def __post_init__(self) -> None:
+        _choice("rollout.mode", self.mode, ("async", "sync"))
+        _choice("rollout.logprobs", self.logprobs, ("recompute", "rollout"))
+        _positive("rollout.tasks_per_step", self.tasks_per_step)
+        _positive("rollout.n", self.n)
+        _positive("rollout.max_new_tokens", self.max_new_tokens)
+        if self.temperature < 0:
+            raise InvalidConfigError(f"rollout.temperature must be >= 0, got {self.temperature}")
+
+
+@dataclass
+class OptimConfig:
+    """The update.
+
+    Attributes:
+        lr: actor learning rate (AdamW).
+        critic_lr: critic learning rate (PPO).
+        weight_decay: AdamW weight decay.
+        warmup_steps: linear learning-rate warmup, in optimizer steps.
+        epochs: passes over each rollout batch (PPO epochs).
+        minibatch_size: trajectories per optimizer step; the rollout batch
+            (``tasks_per_step * n``) must be a multiple of it.
+        micro_batch_size: trajectories per forward/backward (gradient
+            accumulation inside a minibatch; the loss is normalized by the
+            minibatch-wide count, so results do not depend on it).
+    """
+
+    lr: float = 1e-4
+    critic_lr: float = 1e-4
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    epochs: int = 1
+    minibatch_size: int = 64
+    micro_batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        _positive("optim.epochs", self.epochs)
+        _positive("optim.minibatch_size", self.minibatch_size)
+        _positive("optim.micro_batch_size", self.micro_batch_size)
+        if self.lr <= 0:
+            raise InvalidConfigError(f"optim.lr must be > 0, got {self.lr}")
+
+
+@dataclass
+class TrainConfig:
+    """A whole RL run.
+
+    Attributes:
+        algo: the algorithm preset (``grpo``, ``dr_grpo``, ``dapo``, ``rloo``,
+            ``reinforce_pp``, ``ppo``).
+        algorithm: overrides of the preset's fields (``clip_high: 0.28``).
+        env: see :class:`EnvConfig`.
+        model: see :class:`ModelConfig`.
+        init_from: a model directory to start from (an SFT output); takes
+            precedence over ``model.path``.
+        rollout: see :class:`RolloutConfig`.
+        optim: see :class:`OptimConfig`.
+        deepspeed: see :class:`vt_train.ds_engine.DeepSpeedConfig`.
+        steps: RL steps (one rollout + update each).
+        seed: seeds task order, sampling and initialization.
+        output_dir: the run directory (metrics, checkpoints, transcripts, plot).
+        eval_every: evaluate on the held-out split every this many steps (0: only
+            before and after).
+        save_every: checkpoint every this many steps (0: only at the end).
+        tensorboard: also write TensorBoard event files.
+        torch_threads: ``torch.set_num_threads`` (1 is fastest on small CPUs
+            under load).
+    """
+
+    algo: str = "grpo"
+    algorithm: dict[str, Any] = field(default_factory=dict)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    init_from: str | None = None
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    deepspeed: DeepSpeedConfig = field(default_factory=DeepSpeedConfig)
+    steps: int = 100
+    seed: int = 0
+    output_dir: str = "runs/default"
+    eval_every: int = 0
+    save_every: int = 0
+    tensorboard: bool = True
+    torch_threads: int = 1
+
+    def __post_init__(self) -> None:
+        _positive("steps", self.steps)
+        batch = self.rollout.tasks_per_step * self.rollout.n
+        if batch % self.optim.minibatch_size:
+            raise InvalidConfigError(
+                f"the rollout batch (rollout.tasks_per_step * rollout.n = {batch}) must be a "
+                f"multiple of optim.minibatch_size ({self.optim.minibatch_size}); "
+                f"e.g. set optim.minibatch_size={batch}"
+            )
+        self.algorithm_config()  # validate the preset and overrides now
+
+    def algorithm_config(self) -> AlgorithmConfig:
+        """The preset ``algo`` with ``algorithm`` overrides applied.
+
+        Dr. GRPO's ``seq-mean-token-sum-norm`` needs a constant token count;
+        unless given, it is the per-turn generation budget
+        (``rollout.max_new_tokens``).
+        """
+        overrides = dict(self.algorithm)
+        loss_agg = overrides.get("loss_agg", PRESETS.get(self.algo).get("loss_agg"))
+        if loss_agg == "seq-mean-token-sum-norm":
+            overrides.setdefault("loss_norm_tokens", self.rollout.max_new_tokens)
+        return AlgorithmConfig.from_preset(self.algo, **overrides)
+
+
+# ----------------------------------------------------------------- loading
+
+
+def _choice(name: str, value: Any, choices: Sequence[Any]) -> None:
+    if value not in choices:
+        raise InvalidConfigError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def _positive(name: str, value: Any) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise InvalidConfigError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Coerce YAML/CLI values to the annotated type (ints to floats, nested dataclasses)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        non_none = [a for a in args if a is not type(None)]
+        return _coerce(value, non_none[0], key) if len(non_none) == 1 else value
+    if dataclasses.is_dataclass(annotation):
+        if not isinstance(value, Mapping):
+            raise InvalidConfigError(f"{key} must be a mapping, got {value!r}")
+        return from_dict(annotation, value, prefix=f"{key}.")
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation is float and isinstance(value, str):
+        try:  # YAML 1.1 reads 1e-3 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
+    if annotation in (int, float, str, bool) and not isinstance(value, annotation):
+        raise InvalidConfigError(
+            f"{key} must be {annotation.__name__}, got {value!r} ({type(value).__name__})"
+        )
+    return value
+
+
+def from_dict(cls: type, data: Mapping[str, Any], *, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys helpfully."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            raise InvalidConfigError(
+                f"unknown config key {prefix}{key!r}.{did_you_mean(key, names)} "
+                f"Valid keys{' under ' + prefix.rstrip('.') if prefix else ''}: {', '.join(names)}."
+            )
+    return cls(**{k: _coerce(v, hints[k], prefix + k) for k, v in data.items()})
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``key.sub=value`` strings (values parsed as YAML) to a nested dict."""
+    for item in overrides:
+        if "=" not in item:
+            raise InvalidConfigError(
+                f"override {item!r} must look like key=value (e.g. rollout.n=8)"
+            )
+        key, raw = item.split("=", 1)
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise InvalidConfigError(f"override {item!r}: {part!r} is not a section")
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """Read a YAML recipe (or the defaults when ``path`` is None) and apply overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise InvalidConfigError(f"config file {str(path)!r} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise InvalidConfigError(f"{path}: a recipe must be a YAML mapping")
+    return from_dict(TrainConfig, apply_overrides(data, overrides))
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A plain dict of a (nested) config dataclass, for YAML dumps."""
+    return dataclasses.asdict(config)

@@ -1,0 +1,90 @@
+"""Held-out evaluation through the same rollout path the trainer uses.
+
+A policy is evaluated by playing greedy (or sampled) episodes on an env's
+held-out split with :func:`vt_train.rollout.collect` — the exact code path of
+training rollouts, so there is no second generation loop to drift.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from vt_envs.core.vector import ToolVectorEnv
+from vt_train.engines.base import RolloutEngine, SamplingParams
+from vt_train.rollout import collect
+from vt_train.trajectory import Trajectory
+
+__all__ = ["EvalResult", "evaluate", "summarize"]
+
+
+@dataclass
+class EvalResult:
+    """Accuracy and tool statistics of one evaluation.
+
+    ``accuracy`` is the share of episodes whose outcome reward is 1 (the
+    verifier's score, without shaping); ``tool_use_rate`` the share with at
+    least one tool call.
+    """
+
+    accuracy: float
+    mean_reward: float
+    tool_use_rate: float
+    tool_error_rate: float
+    invalid_action_rate: float
+    mean_turns: float
+    mean_generated_tokens: float
+    episodes: int
+    trajectories: list[Trajectory]
+
+    def metrics(self, prefix: str = "eval/") -> dict[str, float]:
+        return {
+            f"{prefix}{k}": getattr(self, k)
+            for k in (
+                "accuracy",
+                "mean_reward",
+                "tool_use_rate",
+                "tool_error_rate",
+                "invalid_action_rate",
+                "mean_turns",
+                "mean_generated_tokens",
+            )
+        }
+
+
+def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Episode statistics shared by training-rollout metrics and evaluation."""
+    n = max(len(trajectories), 1)
+    calls = sum(t.tool_calls for t in trajectories)
+    return {
+        "accuracy": sum(t.reward_parts.get("outcome", 0.0) >= 1.0 for t in trajectories) / n,
+        "mean_reward": statistics.fmean(t.reward for t in trajectories) if trajectories else 0.0,
+        "tool_use_rate": sum(t.tool_calls > 0 for t in trajectories) / n,
+        "tool_error_rate": sum(t.tool_errors for t in trajectories) / max(calls, 1),
+        "invalid_action_rate": sum(t.invalid_actions for t in trajectories)
+        / max(sum(t.turns for t in trajectories), 1),
+        "mean_turns": sum(t.turns for t in trajectories) / n,
+        "mean_generated_tokens": sum(t.num_generated for t in trajectories) / n,
+    }
+
+
+async def evaluate(
+    engine: RolloutEngine,
+    venv: ToolVectorEnv,
+    task_ids: Sequence[str],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+    max_context: int | None = None,
+) -> EvalResult:
+    """Play one episode per task id with ``engine`` (greedy by default)."""
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
+    trajectories = await collect(
+        engine, venv, list(task_ids), n_samples=1, sampling=sampling, seed=seed,
+        max_context=max_context,
+    )
+    stats: dict[str, Any] = summarize(trajectories)
+    return EvalResult(**stats, episodes=len(trajectories), trajectories=trajectories)

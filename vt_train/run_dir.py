@@ -1,0 +1,108 @@
+"""What a run leaves on disk: metrics (JSONL + TensorBoard), transcripts, plots.
+
+Layout of a run directory::
+
+    config.yaml          the resolved config
+    metrics.jsonl        one JSON object per logged step
+    tb/                  TensorBoard event files
+    transcripts/         decoded sample episodes (held-out evaluations)
+    checkpoints/         DeepSpeed checkpoints (+ latest)
+    final/               the final policy in Hugging Face layout
+    reward_curve.png     training reward and held-out accuracy by step
+    summary.json         before / after evaluation
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from vt_train.trajectory import Trajectory
+
+__all__ = ["MetricsLogger", "read_metrics", "write_transcripts", "plot_reward_curve"]
+
+
+class MetricsLogger:
+    """Appends metrics to ``metrics.jsonl`` (and TensorBoard when available)."""
+
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._writer = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._writer = SummaryWriter(str(Path(run_dir) / "tb"))
+            except ImportError:  # tensorboard is optional
+                self._writer = None
+
+    def log(self, metrics: Mapping[str, float], *, step: int) -> None:
+        record = {"step": step, **{k: v for k, v in metrics.items() if k != "step"}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._writer is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    self._writer.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_transcripts(path: str | Path, trajectories: Sequence[Trajectory], tokenizer: Any) -> None:
+    """Decode trajectories into a readable file (the exact token stream)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for t in trajectories:
+        parts.append(
+            f"===== task {t.task_id} | reward {t.reward:g} | turns {t.turns} | "
+            f"tool calls {t.tool_calls} =====\n{tokenizer.decode(t.input_ids)}\n"
+        )
+    path.write_text("\n".join(parts))
+
+
+def plot_reward_curve(run_dir: str | Path, *, title: str = "", window: int = 5) -> Path:
+    """Plot the training reward (raw and smoothed) and held-out accuracy by step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(run_dir)
+    train = [(r["step"], r["rollout/mean_reward"]) for r in records if "rollout/mean_reward" in r]
+    evals = [(r["step"], r["eval/accuracy"]) for r in records if "eval/accuracy" in r]
+    tools = [(r["step"], r["rollout/tool_use_rate"]) for r in records if "rollout/tool_use_rate" in r]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        steps, rewards = zip(*train)
+        ax.plot(steps, rewards, color="tab:blue", alpha=0.3, label="train reward (per step)")
+        smooth = [
+            sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
+            for i in range(len(rewards))
+        ]
+        ax.plot(steps, smooth, color="tab:blue", label=f"train reward ({window}-step mean)")
+    if tools:
+        ax.plot(*zip(*tools), color="tab:green", alpha=0.6, label="train tool-use rate")
+    if evals:
+        ax.plot(*zip(*evals), "o-", color="tab:red", label="held-out accuracy (greedy)")
+    ax.set_xlabel("RL step")
+    ax.set_ylim(-0.05, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title or Path(run_dir).name)
+    fig.tight_layout()
+    out = Path(run_dir) / "reward_curve.png"
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

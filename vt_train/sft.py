@@ -1,0 +1,518 @@
+"""SFT warm-up on oracle trajectories, and a greedy/sampled evaluator.
+
+RL from a random tiny model never sees a reward, so the quickstart first
+imitates the env's oracle. Trajectories are produced *through the env*,
+token-in / token-out: the oracle acts in text, each action is tokenized once
+(``tokenizer.encode(action)``, loss 1), and the env's observation ids are
+appended as they come (loss 0). Stop tags (``</lookup>``, ``</answer>``) end
+each action and are trained on: the policy learns to emit the tag and stop;
+the env inserts the turn boundary itself.
+
+``SFTConfig.mix`` mixes in a *guessing* policy that answers at once without a
+tool call. The warmed-up policy then calls the tool only part of the time,
+which leaves RL a decision to learn (when to call the tool), not only
+precision.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+import vt_envs
+from vt_envs.core.policy import Policy
+from vt_envs.core.task import Task
+from vt_envs.errors import InvalidConfigError
+from vt_train.model import TinyModelConfig
+
+__all__ = [
+    "GuessPolicy",
+    "SFTConfig",
+    "SFTExample",
+    "SFTRunConfig",
+    "collate",
+    "collect_sft_examples",
+    "evaluate",
+    "generate_batch",
+    "rollout_batch",
+    "run_sft",
+    "run_sft_command",
+    "sft_loss",
+]
+
+
+@dataclass
+class SFTConfig:
+    """SFT warm-up settings.
+
+    Attributes:
+        env_id: the env whose oracle is imitated.
+        env_kwargs: passed to ``vt_envs.make`` (e.g. ``num_keys``).
+        split: task split the trajectories come from (never the test split).
+        num_trajectories: distinct episodes collected before training.
+        mix: fraction of those episodes played by :class:`GuessPolicy`
+            (answer at once, no tool) instead of the oracle.
+        steps: optimizer steps.
+        batch_size: episodes per step (sampled with replacement, seeded).
+        lr: peak AdamW learning rate (linear warm-up, cosine decay to 10%).
+        warmup_steps: linear warm-up length.
+        weight_decay: AdamW weight decay.
+        grad_clip: max global gradient norm (``0``: off).
+        seed: seeds episode order, the guess policy and batch sampling.
+        log_every: record the loss every this many steps.
+    """
+
+    env_id: str = "VT-Lookup-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    split: str = "train"
+    num_trajectories: int = 2000
+    mix: float = 0.0
+    steps: int = 300
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    log_every: int = 10
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.mix <= 1.0:
+            raise InvalidConfigError(f"SFTConfig.mix is a fraction in [0, 1], got {self.mix}")
+        if self.split == "test":
+            raise InvalidConfigError(
+                "SFTConfig.split='test' would train on the held-out tasks; use 'train'"
+            )
+        for name in ("num_trajectories", "steps", "batch_size"):
+            if getattr(self, name) < 1:
+                value = getattr(self, name)
+                raise InvalidConfigError(f"SFTConfig.{name} must be >= 1, got {value}")
+        if self.lr <= 0:
+            raise InvalidConfigError(f"SFTConfig.lr must be > 0, got {self.lr}")
+
+
+@dataclass
+class SFTExample:
+    """One tokenized episode: ``input_ids`` with ``loss_mask`` 1 on action tokens."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    reward: float
+    used_tool: bool
+
+
+class GuessPolicy(Policy):
+    """Answers at once, without a tool: random digits as long as the gold answer.
+
+    It gives the SFT mixture trajectories in which the model does not call
+    the tool; on VT-Lookup-v0 such a guess is right with probability
+    ``10 ** -value_digits``. (The gold's *length* is the only privileged fact
+    it uses.)
+    """
+
+    def __init__(self, rng: random.Random, answer_tag: str = "answer"):
+        self.rng = rng
+        self.answer_tag = answer_tag
+
+    def reset(self, task: Task) -> None:
+        self.length = max(1, len(str(task.gold)))
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        digits = "".join(self.rng.choice("0123456789") for _ in range(self.length))
+        return f"<{self.answer_tag}>{digits}</{self.answer_tag}>"
+
+
+def _play(env: Any, policy: Policy, task: Task) -> SFTExample:
+    """Run ``policy`` on ``task`` and tokenize the episode token-in / token-out."""
+    tokenizer = env.tokenizer
+    obs, info = env.reset(options={"task": task})
+    policy.reset(env.task)
+    ids = obs["tokens"].tolist()
+    mask = [0] * len(ids)
+    used_tool = False
+    while True:
+        action = policy.act(obs["text"], info)
+        action_ids = tokenizer.encode(action)
+        ids += action_ids
+        mask += [1] * len(action_ids)
+        obs, reward, terminated, truncated, info = env.step(action)
+        used_tool = used_tool or "tool" in info
+        ids += obs["tokens"].tolist()
+        mask += [0] * len(obs["tokens"])
+        if terminated or truncated:
+            return SFTExample(ids, mask, float(reward), used_tool)
+
+
+def collect_sft_examples(
+    env_id: str,
+    num: int,
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    split: str = "train",
+    mix: float = 0.0,
+    seed: int = 0,
+) -> list[SFTExample]:
+    """``num`` episodes on distinct tasks of ``split``: the oracle's, with a
+    fraction ``mix`` (rounded, placed at seeded random positions) played by
+    :class:`GuessPolicy` instead."""
+    env = vt_envs.make(env_id, split=split, **dict(env_kwargs or {}))
+    rng = random.Random(seed)
+    try:
+        indices = rng.sample(range(len(env.tasks)), min(num, len(env.tasks)))
+        guessing = set(rng.sample(range(len(indices)), round(mix * len(indices))))
+        oracle, guesser = vt_envs.oracle_for(env_id), GuessPolicy(rng)
+        return [
+            _play(env, guesser if i in guessing else oracle, env.tasks[index])
+            for i, index in enumerate(indices)
+        ]
+    finally:
+        env.close()
+
+
+def collate(examples: Sequence[SFTExample], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad ``examples`` into ``input_ids``, ``attention_mask``, ``loss_mask`` ``[B, L]``."""
+    length = max(len(e.input_ids) for e in examples)
+    ids = torch.full((len(examples), length), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(examples), length), dtype=torch.long)
+    loss = torch.zeros((len(examples), length), dtype=torch.float32)
+    for row, e in enumerate(examples):
+        n = len(e.input_ids)
+        ids[row, :n] = torch.tensor(e.input_ids)
+        attn[row, :n] = 1
+        loss[row, :n] = torch.tensor(e.loss_mask, dtype=torch.float32)
+    return {"input_ids": ids, "attention_mask": attn, "loss_mask": loss}
+
+
+def sft_loss(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    loss_mask: torch.Tensor,
+    labels: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Token-mean cross-entropy over tokens with ``loss_mask`` 1 (aligned: token t
+    is predicted from the logits at t - 1). ``labels`` default to ``input_ids``;
+    labels where ``loss_mask`` is 0 never affect the loss."""
+    labels = input_ids if labels is None else labels
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask)
+    # the LM head runs only where the loss is taken: on this task ~10 of ~130
+    # positions, and the 2048-wide head dominates a tiny model's compute
+    where = loss_mask[:, 1:] > 0
+    logits = model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][where]).float()
+    nll = nn.functional.cross_entropy(logits, labels[:, 1:][where], reduction="none")
+    weight = loss_mask[:, 1:][where].float()
+    return (nll * weight).sum() / weight.sum().clamp(min=1.0)
+
+
+def _lr_factor(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def run_sft(config: SFTConfig, model: nn.Module, tokenizer: Any = None) -> dict[str, Any]:
+    """Train ``model`` in place on oracle (and guessing) episodes; return metrics.
+
+    Metrics: ``losses`` (``(step, loss)`` every ``log_every`` steps),
+    ``final_loss`` (mean of the last 10 steps), ``collect_s``, ``train_s``,
+    ``num_examples``, ``oracle_reward`` (mean reward of the oracle episodes:
+    1.0 if the env and its oracle agree), ``tool_use_fraction`` of the data.
+    """
+    tok = vt_envs.load_tokenizer(tokenizer)
+    start = time.perf_counter()
+    examples = collect_sft_examples(
+        config.env_id, config.num_trajectories, env_kwargs=config.env_kwargs,
+        split=config.split, mix=config.mix, seed=config.seed,
+    )
+    collect_s = time.perf_counter() - start
+    oracle = [e.reward for e in examples if e.used_tool]
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
+    )
+    rng = random.Random(config.seed + 1)
+    model.train()
+    losses, recent = [], []
+    start = time.perf_counter()
+    for step in range(config.steps):
+        for group in optimizer.param_groups:
+            group["lr"] = config.lr * _lr_factor(step, config.warmup_steps, config.steps)
+        batch = collate([rng.choice(examples) for _ in range(config.batch_size)], tok.pad_token_id)
+        loss = sft_loss(model, **batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        recent = ([*recent, loss.item()])[-10:]
+        if step % config.log_every == 0 or step == config.steps - 1:
+            losses.append((step, loss.item()))
+    model.eval()
+    return {
+        "losses": losses,
+        "final_loss": sum(recent) / len(recent),
+        "collect_s": collect_s,
+        "train_s": time.perf_counter() - start,
+        "num_examples": len(examples),
+        "oracle_reward": sum(oracle) / len(oracle) if oracle else float("nan"),
+        "tool_use_fraction": sum(e.used_tool for e in examples) / len(examples),
+    }
+
+
+# ---------------------------------------------------------------- generation
+
+
+@dataclass
+class _Row:
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str = "length"
+
+
+@torch.no_grad()
+def generate_batch(
+    model: nn.Module,
+    contexts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    stop: Sequence[str],
+    tokenizer: Any,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> list[tuple[list[int], list[float], str]]:
+    """Continue each context for one turn, all rows in one left-padded batch.
+
+    Returns, per row, ``(generated ids, their logprobs, finish reason)``.
+    ``temperature`` 0 is greedy (logprobs are then of the T=1 distribution);
+    otherwise ids are sampled from ``softmax(logits / temperature)`` and the
+    logprobs are of that distribution. A row stops after the token that
+    completes a stop string (kept), at the eos token (kept), or after
+    ``max_new_tokens`` tokens.
+    """
+    if not contexts:
+        return []
+    device = next(model.parameters()).device
+    width = max(len(c) for c in contexts)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(c)) + list(c) for c in contexts], device=device)
+    attn = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=device)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    rows = [_Row() for _ in contexts]
+    active = list(range(len(contexts)))
+    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
+    for _ in range(max_new_tokens):
+        logits = out.logits[:, -1].float()
+        scaled = logits / temperature if temperature > 0 else logits
+        logp = torch.log_softmax(scaled, dim=-1)
+        if temperature > 0:
+            token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+        else:
+            token = logp.argmax(-1)
+        chosen = logp.gather(-1, token[:, None]).squeeze(-1)
+        still = []
+        for row in active:
+            r = rows[row]
+            r.ids.append(int(token[row]))
+            r.logprobs.append(float(chosen[row]))
+            if r.ids[-1] == tokenizer.eos_token_id:
+                r.finish = "eos"
+            elif any(s in tokenizer.decode(r.ids) for s in stop):
+                r.finish = "stop"
+            else:
+                still.append(row)
+        active = still
+        if not active:
+            break
+        # finished rows keep decoding (batched) but their tokens are discarded
+        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+        positions = positions[:, -1:] + 1
+        out = model(
+            input_ids=token[:, None], attention_mask=attn, position_ids=positions,
+            past_key_values=out.past_key_values, use_cache=True,
+        )
+    return [(r.ids, r.logprobs, r.finish) for r in rows]
+
+
+@dataclass
+class Episode:
+    """One rolled-out episode: token-aligned ids, loss mask, sampling logprobs."""
+
+    task_id: str
+    input_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    reward: float = 0.0
+    tool_calls: int = 0
+    turns: int = 0
+    actions: list[str] = field(default_factory=list)
+
+
+def rollout_batch(
+    model: nn.Module,
+    envs: Sequence[Any],
+    tasks: Sequence[Task],
+    *,
+    temperature: float = 0.0,
+    max_new_tokens: int = 16,
+    generator: torch.Generator | None = None,
+) -> list[Episode]:
+    """Play ``tasks[i]`` in ``envs[i]`` (raw ToolEnvs), all turns in lockstep.
+
+    A minimal synchronous rollout for evaluation and the SFT/RL experiments
+    (the trainer's collector is async and per trajectory). Actions are
+    passed to the env as their generated ids; nothing is re-tokenized.
+    """
+    tokenizer = envs[0].tokenizer
+    stop = envs[0].stop_strings
+    episodes = []
+    for env, task in zip(envs, tasks):
+        obs, _ = env.reset(options={"task": task})
+        ids = obs["tokens"].tolist()
+        episodes.append(Episode(task.id, ids, [0] * len(ids), [0.0] * len(ids)))
+    active = list(range(len(envs)))
+    while active:
+        generated = generate_batch(
+            model, [episodes[i].input_ids for i in active], max_new_tokens=max_new_tokens,
+            stop=stop, tokenizer=tokenizer, temperature=temperature, generator=generator,
+        )
+        still = []
+        for i, (gen_ids, gen_logprobs, _finish) in zip(active, generated):
+            ep = episodes[i]
+            ep.input_ids += gen_ids
+            ep.loss_mask += [1] * len(gen_ids)
+            ep.logprobs += gen_logprobs
+            ep.actions.append(tokenizer.decode(gen_ids))
+            obs, reward, terminated, truncated, info = envs[i].step(gen_ids)
+            ep.turns, ep.tool_calls = info["turn"], info["tool_calls"]
+            new = obs["tokens"].tolist()
+            ep.input_ids += new
+            ep.loss_mask += [0] * len(new)
+            ep.logprobs += [0.0] * len(new)
+            if terminated or truncated:
+                ep.reward = float(reward)
+            else:
+                still.append(i)
+        active = still
+    return episodes
+
+
+def evaluate(
+    model: nn.Module,
+    tokenizer: Any = None,
+    env_id: str = "VT-Lookup-v0",
+    split: str = "test",
+    episodes: int = 200,
+    greedy: bool = True,
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    temperature: float = 1.0,
+    batch_size: int = 100,
+    max_new_tokens: int = 16,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Run ``model`` on the first ``episodes`` tasks of ``split``; return
+    ``accuracy`` (mean reward), ``tool_use_rate`` (episodes with >= 1 tool
+    call), ``mean_turns``, ``episodes`` and ``seconds``.
+
+    ``greedy=False`` samples at ``temperature`` with a generator seeded by
+    ``seed`` (reproducible on one machine).
+    """
+    start = time.perf_counter()
+    kwargs = dict(env_kwargs or {})
+    if tokenizer is not None:
+        kwargs["tokenizer"] = tokenizer
+    envs = [vt_envs.make(env_id, split=split, **kwargs) for _ in range(min(batch_size, episodes))]
+    generator = torch.Generator().manual_seed(seed)
+    results: list[Episode] = []
+    try:
+        tasks = [envs[0].tasks[i] for i in range(min(episodes, len(envs[0].tasks)))]
+        for lo in range(0, len(tasks), len(envs)):
+            chunk = tasks[lo: lo + len(envs)]
+            results += rollout_batch(
+                model, envs[: len(chunk)], chunk, temperature=0.0 if greedy else temperature,
+                max_new_tokens=max_new_tokens, generator=generator,
+            )
+    finally:
+        for env in envs:
+            env.close()
+    n = len(results)
+    return {
+        "accuracy": sum(e.reward for e in results) / n,
+        "tool_use_rate": sum(e.tool_calls > 0 for e in results) / n,
+        "mean_turns": sum(e.turns for e in results) / n,
+        "episodes": float(n),
+        "seconds": time.perf_counter() - start,
+    }
+
+
+# ------------------------------------------------------------------ command
+
+
+def _default_mix_phase() -> SFTConfig:
+    return SFTConfig(steps=60, mix=0.7, lr=1e-3, warmup_steps=5, seed=1)
+
+
+@dataclass
+class SFTRunConfig:
+    """``vt-train sft``: build the tiny model, warm it up, evaluate, save.
+
+    Two phases, because a tiny model learns to copy (the key, the tool's
+    value) only from tool-using data, and guesses slow that down: first
+    ``sft`` (oracle only by default) teaches the format and copying; then
+    ``mix_phase`` (70% guesses by default) makes the policy call the tool
+    only sometimes, leaving RL a decision to learn.
+
+    Attributes:
+        model: the tiny model's shape and init seed.
+        sft: phase 1 (oracle trajectories, ``mix`` 0 by default).
+        mix_phase: phase 2 (tool/guess mixture); ``mix_steps`` 0 skips it.
+        mix_steps: overrides ``mix_phase.steps`` (0: no phase 2).
+        output_dir: where the model, tokenizer and ``sft_metrics.json`` go.
+        eval_episodes: held-out (test split) episodes evaluated at the end.
+        threads: ``torch.set_num_threads`` (1 is fastest on a loaded 2-core box).
+    """
+
+    model: TinyModelConfig = field(default_factory=lambda: TinyModelConfig())
+    sft: SFTConfig = field(default_factory=lambda: SFTConfig(steps=200, lr=1e-3))
+    mix_phase: SFTConfig = field(default_factory=_default_mix_phase)
+    mix_steps: int = 60
+    output_dir: str = "runs/sft"
+    eval_episodes: int = 200
+    threads: int = 1
+
+
+def run_sft_command(config: SFTRunConfig) -> dict[str, Any]:
+    """Run :class:`SFTRunConfig`; return (and save) the metrics summary."""
+    import json
+    from pathlib import Path
+
+    from vt_train.model import build_tiny_model, save_pretrained_with_tokenizer
+
+    torch.set_num_threads(config.threads)
+    tok = vt_envs.load_tokenizer()
+    model = build_tiny_model(config.model, tok)
+    summary: dict[str, Any] = {"phase1": _summary(run_sft(config.sft, model, tok))}
+    if config.mix_steps > 0:
+        phase2 = SFTConfig(**{**config.mix_phase.__dict__, "steps": config.mix_steps})
+        summary["phase2"] = _summary(run_sft(phase2, model, tok))
+    for name, greedy in (("greedy", True), ("sampled", False)):
+        summary[f"eval_{name}"] = evaluate(
+            model, tok, config.sft.env_id, "test", config.eval_episodes, greedy,
+            env_kwargs=config.sft.env_kwargs, max_new_tokens=8,
+        )
+    out = Path(config.output_dir)
+    save_pretrained_with_tokenizer(model, tok, out / "model")
+    (out / "sft_metrics.json").write_text(json.dumps(summary, indent=2))
+    summary["model_dir"] = str(out / "model")
+    return summary
+
+
+def _summary(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in metrics.items() if k != "losses"}
