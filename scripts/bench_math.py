@@ -58,8 +58,12 @@ def bench_verifier(n: int = 200) -> dict:
     start = time.perf_counter()
     verifier.compare("50\\%", "0.5")
     cold_s = time.perf_counter() - start
-    pairs = [("50\\%", "0.5"), ("\\{1,2\\}", "\\{2,1\\}"), ("x^2+2x+1", "(x+1)^2"),
-             ("\\pi", "3.1416")]
+    pairs = [
+        ("50\\%", "0.5"),
+        ("\\{1,2\\}", "\\{2,1\\}"),
+        ("x^2+2x+1", "(x+1)^2"),
+        ("\\pi", "3.1416"),
+    ]
     per_pair = {}
     for gold, answer in pairs:
         start = time.perf_counter()

@@ -12,8 +12,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from vt_envs.core.task import Task, TaskList  # noqa: E402
-from vt_envs.core.tool import Tool, ToolResult  # noqa: E402
+from vt_envs.core.task import Task, TaskList
+from vt_envs.core.tool import Tool, ToolResult
 
 
 class EchoTool(Tool):

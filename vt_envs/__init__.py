@@ -51,6 +51,7 @@ __all__ = [
     "ToolResult",
     "ToolVectorEnv",
     "Verifier",
+    "__version__",
     "arun_episode",
     "env_builder",
     "load_tokenizer",
@@ -61,7 +62,6 @@ __all__ = [
     "registered_envs",
     "run_episode",
     "tool_registry",
-    "__version__",
 ]
 
 register_env(

@@ -13,18 +13,18 @@ import difflib
 from collections.abc import Iterable
 
 __all__ = [
-    "VTError",
-    "UnknownNameError",
-    "UnknownKwargError",
-    "UnknownToolError",
-    "UnknownTaskError",
-    "InvalidConfigError",
-    "TemplateError",
     "AsyncContextError",
+    "DatasetFormatError",
     "EnvClosedError",
+    "InvalidConfigError",
     "ResetNeededError",
     "SandboxUnavailableError",
-    "DatasetFormatError",
+    "TemplateError",
+    "UnknownKwargError",
+    "UnknownNameError",
+    "UnknownTaskError",
+    "UnknownToolError",
+    "VTError",
     "did_you_mean",
 ]
 

@@ -27,14 +27,14 @@ from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.errors import InvalidConfigError, UnknownKwargError, UnknownNameError
 
 __all__ = [
+    "TOOL_ENV_KWARGS",
     "EnvRegistration",
     "env_builder",
-    "register_env",
-    "registered_envs",
     "make",
     "make_vec",
     "oracle_for",
-    "TOOL_ENV_KWARGS",
+    "register_env",
+    "registered_envs",
 ]
 
 #: Keywords every env id accepts, forwarded to :class:`ToolEnv`.
@@ -162,7 +162,7 @@ def oracle_for(env_id: str) -> Any:
     """Return a new instance of the oracle policy registered for ``env_id``."""
     registration = _lookup(env_id)
     if registration.oracle is None:
-        raise UnknownNameError("oracle for env id", env_id, [
-            i for i, r in _REGISTRY.items() if r.oracle
-        ])
+        raise UnknownNameError(
+            "oracle for env id", env_id, [i for i, r in _REGISTRY.items() if r.oracle]
+        )
     return _load(registration.oracle)()

@@ -67,7 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="vt-train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("command_or_recipe", help="a recipe path, or sft / resume / check")
-    parser.add_argument("args", nargs="*", help="recipe (for sft/check), run dir (resume), key=value")
+    parser.add_argument(
+        "args", nargs="*", help="recipe (for sft/check), run dir (resume), key=value"
+    )
     ns = parser.parse_args(argv)
     head, rest = ns.command_or_recipe, ns.args
     if head == "sft":

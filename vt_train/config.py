@@ -28,12 +28,12 @@ from vt_train.ds_engine import DeepSpeedConfig
 __all__ = [
     "EnvConfig",
     "ModelConfig",
-    "RolloutConfig",
     "OptimConfig",
+    "RolloutConfig",
     "TrainConfig",
-    "load_config",
-    "config_to_dict",
     "apply_overrides",
+    "config_to_dict",
+    "load_config",
 ]
 
 

@@ -139,13 +139,23 @@ class DeepSpeedModel:
 
     def step(self, update: int) -> float:
         """Apply the accumulated gradients (linear warmup by ``update``); return the grad norm."""
-        lr = self.base_lr * min(1.0, (update + 1) / self.warmup_steps) if self.warmup_steps else self.base_lr
+        lr = (
+            self.base_lr * min(1.0, (update + 1) / self.warmup_steps)
+            if self.warmup_steps
+            else self.base_lr
+        )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         norm = None
         if self.config.zero_stage < 3:  # gradients live on the parameters: measure before clipping
-            grads = [p.grad.detach().float() for p in self.module.parameters() if p.grad is not None]
-            norm = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))) if grads else 0.0
+            grads = [
+                p.grad.detach().float() for p in self.module.parameters() if p.grad is not None
+            ]
+            norm = (
+                float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
+                if grads
+                else 0.0
+            )
         self.engine.step()
         if norm is None:
             reported = self.engine.get_global_grad_norm()
@@ -159,10 +169,14 @@ class DeepSpeedModel:
 
             params = list(self.module.parameters())
             with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-                return {k: v.detach().float().cpu().clone() for k, v in self.module.state_dict().items()}
+                return {
+                    k: v.detach().float().cpu().clone() for k, v in self.module.state_dict().items()
+                }
         return {k: v.detach().float().cpu().clone() for k, v in self.module.state_dict().items()}
 
-    def save_checkpoint(self, directory: str | Path, tag: str, client_state: Mapping[str, Any]) -> None:
+    def save_checkpoint(
+        self, directory: str | Path, tag: str, client_state: Mapping[str, Any]
+    ) -> None:
         """Model, optimizer and scheduler state plus ``client_state`` (RNGs, counters)."""
         self.engine.save_checkpoint(str(directory), tag=tag, client_state=dict(client_state))
 

@@ -83,7 +83,12 @@ async def evaluate(
     """Play one episode per task id with ``engine`` (greedy by default)."""
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
     trajectories = await collect(
-        engine, venv, list(task_ids), n_samples=1, sampling=sampling, seed=seed,
+        engine,
+        venv,
+        list(task_ids),
+        n_samples=1,
+        sampling=sampling,
+        seed=seed,
         max_context=max_context,
     )
     stats: dict[str, Any] = summarize(trajectories)

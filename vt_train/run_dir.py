@@ -22,7 +22,7 @@ from typing import Any
 
 from vt_train.trajectory import Trajectory
 
-__all__ = ["MetricsLogger", "read_metrics", "write_transcripts", "plot_reward_curve"]
+__all__ = ["MetricsLogger", "plot_reward_curve", "read_metrics", "write_transcripts"]
 
 
 class MetricsLogger:
@@ -82,13 +82,16 @@ def plot_reward_curve(run_dir: str | Path, *, title: str = "", window: int = 5) 
     records = read_metrics(run_dir)
     train = [(r["step"], r["rollout/mean_reward"]) for r in records if "rollout/mean_reward" in r]
     evals = [(r["step"], r["eval/accuracy"]) for r in records if "eval/accuracy" in r]
-    tools = [(r["step"], r["rollout/tool_use_rate"]) for r in records if "rollout/tool_use_rate" in r]
+    tools = [
+        (r["step"], r["rollout/tool_use_rate"]) for r in records if "rollout/tool_use_rate" in r
+    ]
     fig, ax = plt.subplots(figsize=(7, 4))
     if train:
         steps, rewards = zip(*train)
         ax.plot(steps, rewards, color="tab:blue", alpha=0.3, label="train reward (per step)")
         smooth = [
-            sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
+            sum(rewards[max(0, i - window + 1) : i + 1])
+            / len(rewards[max(0, i - window + 1) : i + 1])
             for i in range(len(rewards))
         ]
         ax.plot(steps, smooth, color="tab:blue", label=f"train reward ({window}-step mean)")

@@ -52,7 +52,12 @@ from vt_train.ds_engine import DeepSpeedModel
 from vt_train.engines import assert_in_sync, make_engine
 from vt_train.engines.base import SamplingParams
 from vt_train.evaluation import EvalResult, evaluate, summarize
-from vt_train.model import CriticModel, TinyModelConfig, build_tiny_model, save_pretrained_with_tokenizer
+from vt_train.model import (
+    CriticModel,
+    TinyModelConfig,
+    build_tiny_model,
+    save_pretrained_with_tokenizer,
+)
 from vt_train.rollout import collect
 from vt_train.run_dir import MetricsLogger, write_transcripts
 
@@ -73,7 +78,9 @@ def _load_policy(config: TrainConfig, tokenizer: Any) -> torch.nn.Module:
         from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM.from_pretrained(path, local_files_only=True).float()
-    return build_tiny_model(TinyModelConfig(**{"seed": config.seed, **config.model.tiny}), tokenizer)
+    return build_tiny_model(
+        TinyModelConfig(**{"seed": config.seed, **config.model.tiny}), tokenizer
+    )
 
 
 def forward_logprobs(
@@ -106,12 +113,17 @@ class Trainer:
             yaml.safe_dump(config_to_dict(config), sort_keys=False)
         )
 
-        self.tokenizer = load_tokenizer(config.model.tokenizer or config.init_from or config.model.path)
+        self.tokenizer = load_tokenizer(
+            config.model.tokenizer or config.init_from or config.model.path
+        )
         policy = _load_policy(config, self.tokenizer)
         self.temperature = config.rollout.temperature or 1.0  # greedy rollouts: score at T=1
         self.actor = DeepSpeedModel(
-            policy, config.deepspeed, lr=config.optim.lr,
-            weight_decay=config.optim.weight_decay, warmup_steps=config.optim.warmup_steps,
+            policy,
+            config.deepspeed,
+            lr=config.optim.lr,
+            weight_decay=config.optim.weight_decay,
+            warmup_steps=config.optim.warmup_steps,
         )
         self.reference = None
         if self.algo.kl_coef > 0:
@@ -119,8 +131,11 @@ class Trainer:
         self.critic = None
         if self.algo.use_critic:
             self.critic = DeepSpeedModel(
-                CriticModel.from_policy(policy), config.deepspeed, lr=config.optim.critic_lr,
-                weight_decay=config.optim.weight_decay, warmup_steps=config.optim.warmup_steps,
+                CriticModel.from_policy(policy),
+                config.deepspeed,
+                lr=config.optim.critic_lr,
+                weight_decay=config.optim.weight_decay,
+                warmup_steps=config.optim.warmup_steps,
             )
         self.engine = make_engine(
             config.rollout.engine,
@@ -130,13 +145,22 @@ class Trainer:
         env_kwargs = dict(config.env.kwargs)
         batch = config.rollout.tasks_per_step * config.rollout.n
         self.train_env = ToolVectorEnv(
-            [vt_envs.make(config.env.id, split="train", tokenizer=self.tokenizer, **env_kwargs)
-             for _ in range(batch)]
+            [
+                vt_envs.make(config.env.id, split="train", tokenizer=self.tokenizer, **env_kwargs)
+                for _ in range(batch)
+            ]
         )
         eval_width = min(config.env.eval_episodes, 64)
         self.eval_env = ToolVectorEnv(
-            [vt_envs.make(config.env.id, split=config.env.eval_split, tokenizer=self.tokenizer,
-                          **env_kwargs) for _ in range(eval_width)]
+            [
+                vt_envs.make(
+                    config.env.id,
+                    split=config.env.eval_split,
+                    tokenizer=self.tokenizer,
+                    **env_kwargs,
+                )
+                for _ in range(eval_width)
+            ]
         )
         self.train_task_ids = self.train_env.envs[0].tasks.ids()
         eval_ids = self.eval_env.envs[0].tasks.ids()
@@ -164,23 +188,36 @@ class Trainer:
 
     def _sample_tasks(self, step: int) -> list[str]:
         rng = np.random.default_rng([self.config.seed, step])
-        picks = rng.choice(len(self.train_task_ids), size=self.config.rollout.tasks_per_step,
-                           replace=len(self.train_task_ids) < self.config.rollout.tasks_per_step)
+        picks = rng.choice(
+            len(self.train_task_ids),
+            size=self.config.rollout.tasks_per_step,
+            replace=len(self.train_task_ids) < self.config.rollout.tasks_per_step,
+        )
         return [self.train_task_ids[i] for i in picks]
 
     def _sampling(self) -> SamplingParams:
         r = self.config.rollout
-        return SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-                              top_p=r.top_p, stop=self.stop)
+        return SamplingParams(
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            stop=self.stop,
+        )
 
     def evaluate(self) -> EvalResult:
         """Greedy episodes on the held-out split (``env.eval_episodes`` tasks)."""
         r = self.config.rollout
         return run_sync(
-            evaluate(self.engine, self.eval_env, self.eval_task_ids,
-                     max_new_tokens=r.max_new_tokens, seed=self.config.seed,
-                     max_context=r.max_context),
-            method="Trainer.evaluate", async_method="vt_train.evaluation.evaluate",
+            evaluate(
+                self.engine,
+                self.eval_env,
+                self.eval_task_ids,
+                max_new_tokens=r.max_new_tokens,
+                seed=self.config.seed,
+                max_context=r.max_context,
+            ),
+            method="Trainer.evaluate",
+            async_method="vt_train.evaluation.evaluate",
         )
 
     # -------------------------------------------------------------- update
@@ -193,24 +230,40 @@ class Trainer:
         extras: dict[str, torch.Tensor] = {}
         self.actor.eval()
         if cfg.rollout.logprobs == "recompute":
-            old = torch.cat([forward_logprobs(self.actor, mb, self.temperature)[0] for mb in
-                             batch.split(cfg.optim.micro_batch_size, trim=False)])
+            old = torch.cat(
+                [
+                    forward_logprobs(self.actor, mb, self.temperature)[0]
+                    for mb in batch.split(cfg.optim.micro_batch_size, trim=False)
+                ]
+            )
         else:
             old = batch.rollout_logprobs
         extras["old_logprobs"] = old * mask
-        metrics = {"rollout/logprob_abs_diff": float(masked_mean((old - batch.rollout_logprobs).abs(), mask))}
+        metrics = {
+            "rollout/logprob_abs_diff": float(
+                masked_mean((old - batch.rollout_logprobs).abs(), mask)
+            )
+        }
         token_rewards = None
         if self.reference is not None:
-            ref = torch.cat([forward_logprobs(self.reference, mb, self.temperature)[0] for mb in
-                             batch.split(cfg.optim.micro_batch_size, trim=False)])
+            ref = torch.cat(
+                [
+                    forward_logprobs(self.reference, mb, self.temperature)[0]
+                    for mb in batch.split(cfg.optim.micro_batch_size, trim=False)
+                ]
+            )
             extras["ref_logprobs"] = ref
             if algo.kl_in_reward:
                 token_rewards = kl_token_rewards(old, ref, mask, algo)
         values = None
         if self.critic is not None:
             self.critic.eval()
-            values = torch.cat([self.critic(mb.input_ids, mb.attention_mask) for mb in
-                                batch.split(cfg.optim.micro_batch_size, trim=False)]).float()
+            values = torch.cat(
+                [
+                    self.critic(mb.input_ids, mb.attention_mask)
+                    for mb in batch.split(cfg.optim.micro_batch_size, trim=False)
+                ]
+            ).float()
             extras["old_values"] = values
         advantages, returns = ADVANTAGES.get(algo.advantage)(
             batch.rewards, mask, batch.group_ids, algo, values=values, token_rewards=token_rewards
@@ -231,8 +284,12 @@ class Trainer:
         metrics = {k: float(v) for k, v in pg_metrics.items()}
         metrics["policy/pg_loss"] = float(loss.detach())
         if self.reference is not None and not algo.kl_in_reward:
-            kl = aggregate(kl_penalty(logprobs, mb.extras["ref_logprobs"], mask, algo), mask,
-                           algo.loss_agg, **agg)
+            kl = aggregate(
+                kl_penalty(logprobs, mb.extras["ref_logprobs"], mask, algo),
+                mask,
+                algo.loss_agg,
+                **agg,
+            )
             loss = loss + algo.kl_coef * kl
             metrics["policy/kl_ref"] = float(kl.detach())
         ent = aggregate(entropy, mask, algo.loss_agg, **agg)
@@ -244,8 +301,9 @@ class Trainer:
         self.actor.backward(loss)
         if self.critic is not None:
             values = self.critic(mb.input_ids, mb.attention_mask).float()
-            v_mat, v_metrics = value_loss(values, mb.extras["old_values"], mb.extras["returns"],
-                                          mask, algo)
+            v_mat, v_metrics = value_loss(
+                values, mb.extras["old_values"], mb.extras["returns"], mask, algo
+            )
             v_loss = algo.vf_coef * aggregate(v_mat, mask, algo.loss_agg, **agg)
             self.critic.backward(v_loss)
             metrics["critic/vf_loss"] = float(v_loss.detach())
@@ -261,8 +319,9 @@ class Trainer:
         if self.critic is not None:
             self.critic.train()
         for _ in range(cfg.optim.epochs):
-            for minibatch in batch.minibatches(cfg.optim.minibatch_size, shuffle=True,
-                                               generator=generator):
+            for minibatch in batch.minibatches(
+                cfg.optim.minibatch_size, shuffle=True, generator=generator
+            ):
                 norm = loss_normalizers(minibatch.loss_mask)
                 for mb in minibatch.split(cfg.optim.micro_batch_size):
                     for key, value in self._micro_step(mb, norm).items():
@@ -308,10 +367,18 @@ class Trainer:
         t0 = time.perf_counter()
         tasks = self._sample_tasks(self.step_index)
         trajectories = run_sync(
-            collect(self.engine, self.train_env, tasks, n_samples=cfg.rollout.n,
-                    sampling=self._sampling(), seed=cfg.seed * 100_003 + self.step_index,
-                    mode=cfg.rollout.mode, max_context=cfg.rollout.max_context),
-            method="Trainer.step", async_method="vt_train.rollout.collect",
+            collect(
+                self.engine,
+                self.train_env,
+                tasks,
+                n_samples=cfg.rollout.n,
+                sampling=self._sampling(),
+                seed=cfg.seed * 100_003 + self.step_index,
+                mode=cfg.rollout.mode,
+                max_context=cfg.rollout.max_context,
+            ),
+            method="Trainer.step",
+            async_method="vt_train.rollout.collect",
         )
         t_rollout = time.perf_counter() - t0
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
@@ -319,7 +386,9 @@ class Trainer:
         keep = group_filter_mask(batch.rewards, batch.group_ids)
         metrics["rollout/all_equal_group_share"] = 1.0 - float(keep.float().mean())
         if algo.filter_groups:
-            batch = batch.select(torch.nonzero(keep).flatten(), normalize=True) if keep.any() else None
+            batch = (
+                batch.select(torch.nonzero(keep).flatten(), normalize=True) if keep.any() else None
+            )
         update_metrics: dict[str, float] = {}
         t1 = time.perf_counter()
         if batch is not None and len(batch):
@@ -330,13 +399,15 @@ class Trainer:
         t_update = time.perf_counter() - t1
         tokens = sum(len(t.input_ids) for t in trajectories)
         metrics.update(update_metrics)
-        metrics.update({
-            "step": self.step_index,
-            "time/rollout_s": t_rollout,
-            "time/update_s": t_update,
-            "perf/train_tokens_per_s": tokens / max(t_update, 1e-9),
-            "perf/rollout_tokens_per_s": tokens / max(t_rollout, 1e-9),
-        })
+        metrics.update(
+            {
+                "step": self.step_index,
+                "time/rollout_s": t_rollout,
+                "time/update_s": t_update,
+                "perf/train_tokens_per_s": tokens / max(t_update, 1e-9),
+                "perf/rollout_tokens_per_s": tokens / max(t_rollout, 1e-9),
+            }
+        )
         self.step_index += 1
         self.metrics.log(metrics, step=self.step_index)
         self._last_trajectories = trajectories
@@ -349,27 +420,40 @@ class Trainer:
         if self.step_index == 0:
             before = self.evaluate()
             self.metrics.log(before.metrics(), step=0)
-            write_transcripts(self.run_dir / "transcripts" / "eval_step0000.txt",
-                              before.trajectories[:8], self.tokenizer)
+            write_transcripts(
+                self.run_dir / "transcripts" / "eval_step0000.txt",
+                before.trajectories[:8],
+                self.tokenizer,
+            )
             summary["before"] = before.metrics()
         bar = _progress(range(self.step_index, cfg.steps), progress)
         for _ in bar:
             metrics = self.step()
             if hasattr(bar, "set_postfix"):
-                bar.set_postfix(reward=f"{metrics['rollout/mean_reward']:.2f}",
-                                acc=f"{metrics['rollout/accuracy']:.2f}")
-            if cfg.eval_every and self.step_index % cfg.eval_every == 0 and self.step_index < cfg.steps:
+                bar.set_postfix(
+                    reward=f"{metrics['rollout/mean_reward']:.2f}",
+                    acc=f"{metrics['rollout/accuracy']:.2f}",
+                )
+            if (
+                cfg.eval_every
+                and self.step_index % cfg.eval_every == 0
+                and self.step_index < cfg.steps
+            ):
                 self.metrics.log(self.evaluate().metrics(), step=self.step_index)
             if cfg.save_every and self.step_index % cfg.save_every == 0:
                 self.save_checkpoint()
         after = self.evaluate()
         self.metrics.log(after.metrics(), step=self.step_index)
-        write_transcripts(self.run_dir / "transcripts" / f"eval_step{self.step_index:04d}.txt",
-                          after.trajectories[:8], self.tokenizer)
+        write_transcripts(
+            self.run_dir / "transcripts" / f"eval_step{self.step_index:04d}.txt",
+            after.trajectories[:8],
+            self.tokenizer,
+        )
         summary["after"] = after.metrics()
         self.save_checkpoint()
-        save_pretrained_with_tokenizer(self.actor.module, self.config.model.tokenizer,
-                                       self.run_dir / "final")
+        save_pretrained_with_tokenizer(
+            self.actor.module, self.config.model.tokenizer, self.run_dir / "final"
+        )
         self.metrics.close()
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary

@@ -245,5 +245,7 @@ def test_json_action_format_prompt_lists_function_specs():
     env = make_env(action_format="json")
     obs, _ = env.reset(seed=0)
     assert '"name": "echo"' in obs["text"] and "<tool_call>" in obs["text"]
-    _, _, _, _, info = env.step('<tool_call>{"name": "echo", "arguments": {"text": "j"}}</tool_call>')
+    _, _, _, _, info = env.step(
+        '<tool_call>{"name": "echo", "arguments": {"text": "j"}}</tool_call>'
+    )
     assert info["message"]["content"] == "j"

@@ -37,7 +37,9 @@ def test_recipe_validates_everything_but_the_weights(recipe):
 
 
 def test_overrides_are_typed_and_nested():
-    config = load_config(None, ["algo=ppo", "rollout.n=4", "optim.lr=5e-5", "optim.minibatch_size=16"])
+    config = load_config(
+        None, ["algo=ppo", "rollout.n=4", "optim.lr=5e-5", "optim.minibatch_size=16"]
+    )
     assert config.algo == "ppo" and config.rollout.n == 4 and config.optim.lr == 5e-5
     assert config.algorithm_config().advantage == "gae"
 
@@ -50,16 +52,28 @@ def test_dr_grpo_gets_its_constant_normalizer_from_the_generation_budget():
 @pytest.mark.parametrize(
     "overrides, error, message",
     [
-        (["rollout.nn=4"], InvalidConfigError, "unknown config key rollout.'nn'. Did you mean 'n'?"),
+        (
+            ["rollout.nn=4"],
+            InvalidConfigError,
+            "unknown config key rollout.'nn'. Did you mean 'n'?",
+        ),
         (["stepz=3"], InvalidConfigError, "unknown config key 'stepz'. Did you mean 'steps'?"),
-        (["rollout.mode=batch"], InvalidConfigError, "rollout.mode must be one of ['async', 'sync']"),
+        (
+            ["rollout.mode=batch"],
+            InvalidConfigError,
+            "rollout.mode must be one of ['async', 'sync']",
+        ),
         (["optim.lr=fast"], InvalidConfigError, "optim.lr must be float, got 'fast' (str)"),
         (
             ["rollout.tasks_per_step=3", "rollout.n=5"],
             InvalidConfigError,
             "must be a multiple of optim.minibatch_size (64); e.g. set optim.minibatch_size=15",
         ),
-        (["algo=grpoo"], UnknownNameError, "Unknown algorithm preset 'grpoo'. Did you mean 'grpo'?"),
+        (
+            ["algo=grpoo"],
+            UnknownNameError,
+            "Unknown algorithm preset 'grpoo'. Did you mean 'grpo'?",
+        ),
         (["algorithm={clip_hi: 0.3}"], UnknownKwargError, "Did you mean 'clip_high'?"),
         (["rollout.n"], InvalidConfigError, "must look like key=value"),
     ],

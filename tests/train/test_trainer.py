@@ -50,7 +50,8 @@ OVERRIDES = [
     "optim.micro_batch_size=2",
     "optim.lr=1e-3",
     "env.eval_episodes=4",
-    "model.tiny={hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}",
+    "model.tiny={hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, "
+    "intermediate_size: 64}",
     "tensorboard=false",
 ]
 

@@ -32,7 +32,7 @@ from vt_envs.core.tool import Tool, ToolResult
 from vt_envs.core.verifier import Score, Verifier
 from vt_envs.errors import EnvClosedError, InvalidConfigError, ResetNeededError
 
-__all__ = ["ToolEnv", "RewardConfig", "OBSERVATION_FORMATS"]
+__all__ = ["OBSERVATION_FORMATS", "RewardConfig", "ToolEnv"]
 
 logger = logging.getLogger(__name__)
 
@@ -282,7 +282,9 @@ class ToolEnv(gym.Env[dict, str]):
         drawn with the env's seeded RNG: the same seed gives the same task
         sequence and the same observations.
         """
-        return run_sync(self.areset(seed=seed, options=options), method="reset", async_method="areset")
+        return run_sync(
+            self.areset(seed=seed, options=options), method="reset", async_method="areset"
+        )
 
     async def astep(
         self, action: str | Sequence[int] | np.ndarray
@@ -314,8 +316,12 @@ class ToolEnv(gym.Env[dict, str]):
         truncation = self._budget_exhausted(episode)
         if truncation:
             return await self._finish(
-                parse, None, truncated=True, ended_with_eos=ended_with_eos,
-                reason=truncation, info_extra=info_extra,
+                parse,
+                None,
+                truncated=True,
+                ended_with_eos=ended_with_eos,
+                reason=truncation,
+                info_extra=info_extra,
             )
         if self.remind_turns_left:
             left = self.max_turns - episode.turn
@@ -326,8 +332,12 @@ class ToolEnv(gym.Env[dict, str]):
         episode.tokens += len(ids)
         if episode.tokens > self.max_episode_tokens:
             return await self._finish(
-                parse, None, truncated=True, ended_with_eos=ended_with_eos,
-                reason="max_episode_tokens", info_extra=info_extra,
+                parse,
+                None,
+                truncated=True,
+                ended_with_eos=ended_with_eos,
+                reason="max_episode_tokens",
+                info_extra=info_extra,
             )
         self._transcript.append(obs_text)
         info_extra["message"] = {"role": self.encoder.observation_role, "content": feedback}
@@ -381,9 +391,7 @@ class ToolEnv(gym.Env[dict, str]):
         self._ensure_open()
         if self._episode is None or self._episode.done:
             state = "before reset()" if self._episode is None else "after the episode ended"
-            raise ResetNeededError(
-                f"step() was called {state}; call reset() to start an episode."
-            )
+            raise ResetNeededError(f"step() was called {state}; call reset() to start an episode.")
         return self._episode
 
     def _choose_task(self, options: Mapping[str, Any]) -> Task:

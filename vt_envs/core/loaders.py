@@ -21,7 +21,7 @@ from typing import Any
 from vt_envs.core.task import Task, TaskList
 from vt_envs.errors import DatasetFormatError
 
-__all__ = ["FieldMap", "read_records", "load_tasks"]
+__all__ = ["FieldMap", "load_tasks", "read_records"]
 
 FORMATS = ("jsonl", "json", "parquet")
 
@@ -71,7 +71,9 @@ def _detect_format(path: Path) -> str:
     )
 
 
-def read_records(path: str | os.PathLike[str], *, format: str | None = None) -> list[dict[str, Any]]:
+def read_records(
+    path: str | os.PathLike[str], *, format: str | None = None
+) -> list[dict[str, Any]]:
     """Read every record of a JSONL, JSON (a list of objects) or Parquet file."""
     path = Path(path)
     fmt = format or _detect_format(path)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from vt_envs.errors import AsyncContextError
 
-__all__ = ["run_sync", "submit", "library_loop", "ensure_not_in_loop"]
+__all__ = ["ensure_not_in_loop", "library_loop", "run_sync", "submit"]
 
 T = TypeVar("T")
 
@@ -34,9 +34,7 @@ def library_loop() -> asyncio.AbstractEventLoop:
     with _lock:
         if _loop is None or _loop.is_closed() or _thread is None or not _thread.is_alive():
             _loop = asyncio.new_event_loop()
-            _thread = threading.Thread(
-                target=_loop.run_forever, name="vt-envs-loop", daemon=True
-            )
+            _thread = threading.Thread(target=_loop.run_forever, name="vt-envs-loop", daemon=True)
             _thread.start()
         return _loop
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from vt_envs.core.task import Task
 
-__all__ = ["Policy", "OraclePolicy", "EpisodeResult", "run_episode", "arun_episode"]
+__all__ = ["EpisodeResult", "OraclePolicy", "Policy", "arun_episode", "run_episode"]
 
 
 class Policy(abc.ABC):

@@ -18,7 +18,7 @@ from gymnasium import spaces
 __all__ = ["UnicodeText", "token_sequence_space"]
 
 SAMPLE_MAX_LENGTH = 64
-_SAMPLE_CHARSET = string.ascii_letters + string.digits + " \n<>/{}\":,._-=()+*éßλ中🙂"
+_SAMPLE_CHARSET = string.ascii_letters + string.digits + ' \n<>/{}":,._-=()+*éßλ中🙂'
 
 
 class UnicodeText(spaces.Text):

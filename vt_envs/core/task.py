@@ -15,7 +15,7 @@ from typing import Any
 
 from vt_envs.errors import InvalidConfigError, UnknownTaskError
 
-__all__ = ["Task", "TaskSource", "TaskList", "GeneratedTasks", "SPLITS"]
+__all__ = ["SPLITS", "GeneratedTasks", "Task", "TaskList", "TaskSource"]
 
 SPLITS = ("train", "test")
 
@@ -96,7 +96,9 @@ class TaskList(TaskSource):
     def __init__(self, tasks: Iterable[Task], *, name: str = "tasks", split: str = "train"):
         self._tasks = list(tasks)
         if not self._tasks:
-            raise InvalidConfigError(f"task source {name!r} ({split}) is empty; give at least one task")
+            raise InvalidConfigError(
+                f"task source {name!r} ({split}) is empty; give at least one task"
+            )
         ids = [t.id for t in self._tasks]
         if len(set(ids)) != len(ids):
             dupes = sorted({i for i in ids if ids.count(i) > 1})[:5]
@@ -141,5 +143,3 @@ class GeneratedTasks(TaskSource):
         if task is None:
             task = self._cache[index] = self._generate(self.split, index)
         return task
-
-

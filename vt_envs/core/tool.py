@@ -34,7 +34,7 @@ import numpy as np
 
 from vt_envs.errors import UnknownToolError
 
-__all__ = ["Tool", "ToolResult", "ToolRegistry", "tool_registry", "validate_arguments"]
+__all__ = ["Tool", "ToolRegistry", "ToolResult", "tool_registry", "validate_arguments"]
 
 ENTRY_POINT_GROUP = "vt_envs.tools"
 

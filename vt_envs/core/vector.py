@@ -92,7 +92,7 @@ class ToolVectorEnv(VectorEnv):
         seed: int | Sequence[int | None] | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Reset every sub-env concurrently. An int ``seed`` seeds sub-env ``i`` with ``seed + i``."""
+        """Reset every sub-env concurrently (int ``seed``: sub-env ``i`` gets ``seed + i``)."""
         if seed is None or isinstance(seed, (int, np.integer)):
             seeds = [None if seed is None else int(seed) + i for i in range(self.num_envs)]
         else:
@@ -133,7 +133,9 @@ class ToolVectorEnv(VectorEnv):
         seed: int | Sequence[int | None] | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        return run_sync(self.areset(seed=seed, options=options), method="reset", async_method="areset")
+        return run_sync(
+            self.areset(seed=seed, options=options), method="reset", async_method="areset"
+        )
 
     def step_async(self, actions: Sequence[Any]) -> None:
         """Start stepping every sub-env; returns at once. Collect with :meth:`step_wait`."""

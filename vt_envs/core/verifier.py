@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from vt_envs.core.task import Task
 
-__all__ = ["Score", "Verifier", "ExactMatch"]
+__all__ = ["ExactMatch", "Score", "Verifier"]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from vt_envs.core.verifier import ExactMatch
 from vt_envs.errors import InvalidConfigError
 from vt_envs.registration import env_builder
 
-__all__ = ["LookupTool", "LookupOracle", "make_lookup_env", "lookup_tasks"]
+__all__ = ["LookupOracle", "LookupTool", "lookup_tasks", "make_lookup_env"]
 
 INSTRUCTIONS = "Find the value stored under the key in the question."
 _SPLIT_STREAM = {"train": 0, "test": 1}

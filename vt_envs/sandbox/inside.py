@@ -202,13 +202,18 @@ def _run_python(setup):
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
+        owner = os.getpid()
         try:
             exec(compile(tree, "<cell>", "exec"), ns)
             value = eval(compile(last, "<cell>", "eval"), ns) if last is not None else None
         except SystemExit as exc:
+            if os.getpid() != owner:  # a process the cell forked must never reach the protocol
+                os._exit(0)
             builtins.__dict__.update(builtins_snapshot)
             return {"status": "exit", "code": repr(exc.code)}
         except BaseException as exc:  # the agent's code raised: report, keep going
+            if os.getpid() != owner:  # (a fork bomb's children raise here when forks fail)
+                os._exit(1)
             builtins.__dict__.update(builtins_snapshot)  # formatting needs len, str, ...
             return {
                 "status": "error",
@@ -217,6 +222,8 @@ def _run_python(setup):
                 "message": str(exc),
                 "traceback": format_exc(exc, 1),
             }
+        if os.getpid() != owner:
+            os._exit(0)
         builtins.__dict__.update(builtins_snapshot)
         result = {"status": "ok"}
         if value is not None:

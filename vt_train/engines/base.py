@@ -93,7 +93,7 @@ class RolloutEngine(abc.ABC):
     ) -> list[list[float]]:
         """``log p(token_t | tokens_<t)`` for t >= 1 of each sequence (a probe for sync checks)."""
 
-    async def aclose(self) -> None:  # noqa: B027 (optional hook, a no-op by default)
+    async def aclose(self) -> None:
         """Release engine resources."""
 
 

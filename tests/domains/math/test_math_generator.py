@@ -90,9 +90,7 @@ def test_filters_restrict_families_and_levels_and_tag_ids():
     assert len(tasks) == 5
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"families": ["nope"]}, {"difficulty": 4}, {"families": []}]
-)
+@pytest.mark.parametrize("kwargs", [{"families": ["nope"]}, {"difficulty": 4}, {"families": []}])
 def test_bad_filters_raise(kwargs):
     with pytest.raises(InvalidConfigError):
         math_tasks("train", **kwargs)

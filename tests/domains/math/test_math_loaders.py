@@ -35,10 +35,16 @@ def _parquet(path, select_sql):
 
 
 def test_gsm8k_jsonl(tmp_path):
-    path = _jsonl(tmp_path / "gsm8k.jsonl", [
-        {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3+4=<<3+4=7>>7\n#### 7"},
-        {"question": "Big?", "answer": "It costs\n#### 1,200"},
-    ])
+    path = _jsonl(
+        tmp_path / "gsm8k.jsonl",
+        [
+            {
+                "question": "Tom has 3 apples and buys 4. How many?",
+                "answer": "3+4=<<3+4=7>>7\n#### 7",
+            },
+            {"question": "Big?", "answer": "It costs\n#### 1,200"},
+        ],
+    )
     tasks = load_gsm8k(path)
     assert [t.gold for t in tasks] == ["7", "1200"]
     assert tasks[0].prompt.startswith("Tom has 3")
@@ -58,12 +64,27 @@ def test_gsm8k_gold():
 
 
 def test_math500_jsonl_uses_answer_and_unique_id(tmp_path):
-    path = _jsonl(tmp_path / "math500.jsonl", [
-        {"problem": "Compute $1+1$.", "solution": "So \\boxed{2}.", "answer": "2",
-         "subject": "Algebra", "level": 1, "unique_id": "test/algebra/1.json"},
-        {"problem": "Half?", "solution": "\\boxed{\\frac{1}{2}}", "answer": "\\frac{1}{2}",
-         "subject": "Algebra", "level": 2, "unique_id": "test/algebra/2.json"},
-    ])
+    path = _jsonl(
+        tmp_path / "math500.jsonl",
+        [
+            {
+                "problem": "Compute $1+1$.",
+                "solution": "So \\boxed{2}.",
+                "answer": "2",
+                "subject": "Algebra",
+                "level": 1,
+                "unique_id": "test/algebra/1.json",
+            },
+            {
+                "problem": "Half?",
+                "solution": "\\boxed{\\frac{1}{2}}",
+                "answer": "\\frac{1}{2}",
+                "subject": "Algebra",
+                "level": 2,
+                "unique_id": "test/algebra/2.json",
+            },
+        ],
+    )
     tasks = load_math(path, name="math500")
     assert tasks[0].id == "test/algebra/1.json"
     assert tasks[1].gold == "\\frac{1}{2}"
@@ -72,10 +93,17 @@ def test_math500_jsonl_uses_answer_and_unique_id(tmp_path):
 
 
 def test_original_math_takes_the_last_boxed_of_the_solution(tmp_path):
-    path = _jsonl(tmp_path / "math.jsonl", [
-        {"problem": "p", "level": "Level 3", "type": "Geometry",
-         "solution": "First \\boxed{1}, finally $\\boxed{\\frac{\\sqrt{3}}{2}}$."},
-    ])
+    path = _jsonl(
+        tmp_path / "math.jsonl",
+        [
+            {
+                "problem": "p",
+                "level": "Level 3",
+                "type": "Geometry",
+                "solution": "First \\boxed{1}, finally $\\boxed{\\frac{\\sqrt{3}}{2}}$.",
+            },
+        ],
+    )
     tasks = load_math_dataset(path)
     assert tasks[0].gold == "\\frac{\\sqrt{3}}{2}"
     assert tasks[0].metadata["type"] == "Geometry"
@@ -88,10 +116,13 @@ def test_math_gold_without_answer_or_box_raises():
 
 
 def test_aime_jsonl_with_capitalised_fields(tmp_path):
-    path = _jsonl(tmp_path / "aime24.jsonl", [
-        {"ID": "2024-I-1", "Problem": "Find n.", "Answer": 204, "Solution": "..."},
-        {"ID": "2024-I-2", "Problem": "Find m.", "Answer": "025", "Solution": "..."},
-    ])
+    path = _jsonl(
+        tmp_path / "aime24.jsonl",
+        [
+            {"ID": "2024-I-1", "Problem": "Find n.", "Answer": 204, "Solution": "..."},
+            {"ID": "2024-I-2", "Problem": "Find m.", "Answer": "025", "Solution": "..."},
+        ],
+    )
     tasks = load_competition(path, name="aime24")
     assert [t.id for t in tasks] == ["2024-I-1", "2024-I-2"]
     assert [t.gold for t in tasks] == ["204", "025"]
@@ -99,19 +130,23 @@ def test_aime_jsonl_with_capitalised_fields(tmp_path):
 
 
 def test_amc_jsonl_question_answer(tmp_path):
-    path = _jsonl(tmp_path / "amc23.jsonl", [{"question": "What is 2+2?", "answer": 4.0,
-                                              "url": "u"}])
+    path = _jsonl(
+        tmp_path / "amc23.jsonl", [{"question": "What is 2+2?", "answer": 4.0, "url": "u"}]
+    )
     tasks = load_math_dataset(path)
     assert tasks[0].gold == "4.0" and tasks[0].metadata["layout"] == "qa"
     assert tasks[0].metadata["source"] == "amc23"
 
 
 def test_deepmath_parquet(tmp_path):
-    path = _parquet(tmp_path / "deepmath.parquet", """
+    path = _parquet(
+        tmp_path / "deepmath.parquet",
+        """
         SELECT * FROM (VALUES
             ('Evaluate the limit.', '0', 6.5, 'Calculus', 'long r1 solution'),
             ('Find x.', '\\frac{1}{2}', 4.0, 'Algebra', 'sol')
-        ) t(question, final_answer, difficulty, topic, r1_solution_1)""")
+        ) t(question, final_answer, difficulty, topic, r1_solution_1)""",
+    )
     tasks = load_deepmath(path)
     assert [t.gold for t in tasks] == ["0", "\\frac{1}{2}"]
     assert tasks[0].metadata["difficulty"] == 6.5
@@ -120,13 +155,16 @@ def test_deepmath_parquet(tmp_path):
 
 
 def test_torl_verl_parquet(tmp_path):
-    path = _parquet(tmp_path / "torl.parquet", """
+    path = _parquet(
+        tmp_path / "torl.parquet",
+        """
         SELECT 'math_dapo' AS data_source,
                [{'role': 'system', 'content': 'Be brief.'},
                 {'role': 'user', 'content': 'What is 6*7?'}] AS prompt,
                'math' AS ability,
                {'style': 'rule', 'ground_truth': '42'} AS reward_model,
-               {'split': 'train', 'index': 17} AS extra_info""")
+               {'split': 'train', 'index': 17} AS extra_info""",
+    )
     tasks = load_math_dataset(path)
     assert tasks[0].prompt == "What is 6*7?"
     assert tasks[0].gold == "42"
@@ -135,10 +173,12 @@ def test_torl_verl_parquet(tmp_path):
 
 
 def test_field_map_override_for_other_column_names(tmp_path):
-    path = _parquet(tmp_path / "custom.parquet",
-                    "SELECT 'q1' AS query, 'sol #### 9' AS target, 'k1' AS key")
-    tasks = load_deepmath(path, fields=FieldMap(prompt="query", gold="target", id="key",
-                                                gold_transform=gsm8k_gold))
+    path = _parquet(
+        tmp_path / "custom.parquet", "SELECT 'q1' AS query, 'sol #### 9' AS target, 'k1' AS key"
+    )
+    tasks = load_deepmath(
+        path, fields=FieldMap(prompt="query", gold="target", id="key", gold_transform=gsm8k_gold)
+    )
     assert (tasks[0].id, tasks[0].prompt, tasks[0].gold) == ("k1", "q1", "9")
 
 
@@ -164,8 +204,9 @@ def test_detect_layout(record, layout):
 
 
 def test_limit_and_split(tmp_path):
-    path = _jsonl(tmp_path / "g.jsonl",
-                  [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(5)])
+    path = _jsonl(
+        tmp_path / "g.jsonl", [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(5)]
+    )
     tasks = load_gsm8k(path, split="train", limit=2)
     assert len(tasks) == 2 and tasks.split == "train" and tasks[1].id == "gsm8k/train/1"
 

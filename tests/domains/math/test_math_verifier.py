@@ -101,8 +101,12 @@ def test_score_shape(verifier):
 
 @pytest.mark.parametrize(
     "gold, answer, path",
-    [("12", "12", "exact"), ("1/3", "0.33", "exact"), ("12", "12 cm", "math-verify"),
-     ("3/7", "0.428571", "math-verify")],
+    [
+        ("12", "12", "exact"),
+        ("1/3", "0.33", "exact"),
+        ("12", "12 cm", "math-verify"),
+        ("3/7", "0.428571", "math-verify"),
+    ],
 )
 def test_which_path_decides(verifier, gold, answer, path):
     assert verifier.compare(gold, answer)[1] == path
@@ -110,8 +114,15 @@ def test_which_path_decides(verifier, gold, answer, path):
 
 def test_fast_path_agrees_with_math_verify():
     fast, slow = MathVerifier(), MathVerifier(fast_path=False)
-    pairs = [("12", "12.0"), ("1/2", "0.5"), ("1,234", "1234"), ("7", "8"), ("1/3", "0.33"),
-             ("-13/4", "-3.25"), ("2", "2.5")]
+    pairs = [
+        ("12", "12.0"),
+        ("1/2", "0.5"),
+        ("1,234", "1234"),
+        ("7", "8"),
+        ("1/3", "0.33"),
+        ("-13/4", "-3.25"),
+        ("2", "2.5"),
+    ]
     for gold, answer in pairs:
         assert fast.equivalent(gold, answer) == slow.equivalent(gold, answer), (gold, answer)
 

@@ -17,12 +17,30 @@ from vt_envs.domains.sql.databases import (
 from vt_envs.errors import InvalidConfigError, UnknownNameError
 
 ROW_COUNTS = {
-    "flights": {"flights": 336_776, "airlines": 16, "airports": 1458, "planes": 3322,
-                "weather": 26_115},
-    "tpch": {"lineitem": 60_175, "orders": 15_000, "customer": 1500, "nation": 25, "region": 5,
-             "part": 2000, "partsupp": 8000, "supplier": 100},
-    "shop": {"customers": 400, "orders": 3000, "products": 104, "employees": 60,
-             "order_items": 7452},
+    "flights": {
+        "flights": 336_776,
+        "airlines": 16,
+        "airports": 1458,
+        "planes": 3322,
+        "weather": 26_115,
+    },
+    "tpch": {
+        "lineitem": 60_175,
+        "orders": 15_000,
+        "customer": 1500,
+        "nation": 25,
+        "region": 5,
+        "part": 2000,
+        "partsupp": 8000,
+        "supplier": 100,
+    },
+    "shop": {
+        "customers": 400,
+        "orders": 3000,
+        "products": 104,
+        "employees": 60,
+        "order_items": 7452,
+    },
 }
 
 

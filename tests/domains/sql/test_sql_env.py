@@ -51,7 +51,10 @@ def test_ids_interleave_databases_and_name_the_same_question(sql_cache):
     shop = make_sql_env(split="test", databases=("shop",))
     try:
         assert [both.tasks[i].id for i in range(4)] == [
-            "sql/tpch/test/0", "sql/shop/test/0", "sql/tpch/test/1", "sql/shop/test/1"
+            "sql/tpch/test/0",
+            "sql/shop/test/0",
+            "sql/tpch/test/1",
+            "sql/shop/test/1",
         ]
         assert both.tasks.get("sql/shop/test/1").prompt == shop.tasks[1].prompt
         assert len(both.tasks) == 200

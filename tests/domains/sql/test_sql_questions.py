@@ -64,8 +64,12 @@ def test_splits_are_disjoint_distinct_and_stable(banks, db_paths, db):
 
 def test_first_questions_are_pinned(banks):
     """Task ids must keep naming the same questions; a change here is a version bump."""
-    assert banks["shop"].question("test", 0).sql.startswith(
-        "SELECT name FROM products WHERE category = 'Books' AND price > (SELECT AVG(price)"
+    assert (
+        banks["shop"]
+        .question("test", 0)
+        .sql.startswith(
+            "SELECT name FROM products WHERE category = 'Books' AND price > (SELECT AVG(price)"
+        )
     )
     assert banks["tpch"].question("test", 0).template.id == "tpch/shipmode_revenue"
 

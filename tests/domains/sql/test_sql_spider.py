@@ -39,14 +39,17 @@ def test_conversion_keeps_rows_and_types_follow_the_values(spider_files):
     finally:
         con.close()
     assert types == {
-        "singer_id": "BIGINT", "name": "VARCHAR", "country": "VARCHAR",
+        "singer_id": "BIGINT",
+        "name": "VARCHAR",
+        "country": "VARCHAR",
         "age": "VARCHAR",  # declared INT, but one row holds 'unknown'
         "net_worth": "DOUBLE",
     }
     assert rows == [(1, "Arena", 1, 5000), (2, "Club", 2, 300), (3, "Dome", 1, 20000)]
     assert ages == [("52",), ("32",), ("unknown",)]
     assert keys["Concert Hall"] == {
-        "primary_key": ["hall_id"], "foreign_keys": [["singer_id", "singer", "singer_id"]]
+        "primary_key": ["hall_id"],
+        "foreign_keys": [["singer_id", "singer", "singer_id"]],
     }
     again, _ = convert_sqlite(f"{spider_files['database_dir']}/concert/concert.sqlite")
     assert again == path

@@ -29,7 +29,8 @@ async def _run(tool: SQLTool, db: Path, *queries: str):
 @pytest.mark.asyncio
 async def test_result_is_a_compact_table(db_paths):
     (result,) = await _run(
-        SQLTool(), db_paths["shop"],
+        SQLTool(),
+        db_paths["shop"],
         "SELECT category, COUNT(*) AS n FROM products GROUP BY 1 ORDER BY 1 LIMIT 2",
     )
     assert result.ok
@@ -40,7 +41,8 @@ async def test_result_is_a_compact_table(db_paths):
 @pytest.mark.asyncio
 async def test_row_and_character_caps_add_a_note(db_paths):
     rows, chars, many = await _run(
-        SQLTool(max_rows=50, max_chars=200), db_paths["shop"],
+        SQLTool(max_rows=50, max_chars=200),
+        db_paths["shop"],
         "SELECT range AS i FROM range(120)",
         "SELECT name FROM customers ORDER BY customer_id",
         "SELECT * FROM range(20000)",
@@ -130,7 +132,8 @@ async def test_exploding_cross_join_times_out_and_the_session_still_works(db_pat
     tool = SQLTool(timeout_s=0.3)
     assert tool.timeout_s > tool.query_timeout_s  # the interrupt wins the env's backstop
     explode, after = await _run(
-        tool, db_paths["flights"],
+        tool,
+        db_paths["flights"],
         "SELECT COUNT(*) FROM flights a, flights b, flights c WHERE a.dep_time + b.dep_time "
         "> c.dep_time",
         "SELECT COUNT(*) FROM airlines",

@@ -43,22 +43,34 @@ PAIRS = [
     ("SELECT name FROM emp WHERE dept = 'eng'", "select NAME from EMP where DEPT='eng';", 1.0),
     ("SELECT name FROM emp WHERE dept = 'eng'", "SELECT name FROM emp WHERE id IN (1, 2)", 1.0),
     # no ORDER BY in gold: row order does not matter
-    ("SELECT name FROM emp WHERE dept = 'ops'", "SELECT name FROM emp WHERE dept = 'ops' "
-     "ORDER BY name DESC", 1.0),
+    (
+        "SELECT name FROM emp WHERE dept = 'ops'",
+        "SELECT name FROM emp WHERE dept = 'ops' ORDER BY name DESC",
+        1.0,
+    ),
     # ORDER BY in gold: order matters
     ("SELECT name FROM emp ORDER BY id", "SELECT name FROM emp ORDER BY id", 1.0),
     ("SELECT name FROM emp ORDER BY id", "SELECT name FROM emp ORDER BY id DESC", 0.0),
     # ORDER BY only inside a window / subquery: order does not matter
-    ("SELECT name, ROW_NUMBER() OVER (ORDER BY id) AS r FROM emp",
-     "SELECT name, ROW_NUMBER() OVER (ORDER BY id) FROM emp ORDER BY name DESC", 1.0),
+    (
+        "SELECT name, ROW_NUMBER() OVER (ORDER BY id) AS r FROM emp",
+        "SELECT name, ROW_NUMBER() OVER (ORDER BY id) FROM emp ORDER BY name DESC",
+        1.0,
+    ),
     # multisets: duplicates count
-    ("SELECT salary FROM emp WHERE dept = 'ops'", "SELECT DISTINCT salary FROM emp "
-     "WHERE dept = 'ops'", 0.0),
+    (
+        "SELECT salary FROM emp WHERE dept = 'ops'",
+        "SELECT DISTINCT salary FROM emp WHERE dept = 'ops'",
+        0.0,
+    ),
     ("SELECT dept FROM emp", "SELECT dept FROM emp UNION ALL SELECT 'eng'", 0.0),
     # numbers across types and float tolerance
     ("SELECT COUNT(*) FROM emp", "SELECT 5.0", 1.0),
-    ("SELECT AVG(salary) FROM emp WHERE dept = 'eng'", "SELECT SUM(salary) / 2 FROM emp "
-     "WHERE dept = 'eng'", 1.0),
+    (
+        "SELECT AVG(salary) FROM emp WHERE dept = 'eng'",
+        "SELECT SUM(salary) / 2 FROM emp WHERE dept = 'eng'",
+        1.0,
+    ),
     ("SELECT SUM(salary) FROM emp", "SELECT CAST(379.75 AS DECIMAL(10, 2))", 1.0),
     ("SELECT SUM(salary) FROM emp", "SELECT 379.76", 0.0),
     ("SELECT 0.1 + 0.2", "SELECT 0.3", 1.0),
@@ -73,8 +85,11 @@ PAIRS = [
     # dates compare with their ISO text
     ("SELECT hired FROM emp WHERE id = 3", "SELECT '2019-03-15'", 1.0),
     # joins vs subqueries
-    ("SELECT e.name FROM emp e JOIN dept d ON e.dept = d.name WHERE d.floor > 1",
-     "SELECT name FROM emp WHERE dept IN (SELECT name FROM dept WHERE floor > 1)", 1.0),
+    (
+        "SELECT e.name FROM emp e JOIN dept d ON e.dept = d.name WHERE d.floor > 1",
+        "SELECT name FROM emp WHERE dept IN (SELECT name FROM dept WHERE floor > 1)",
+        1.0,
+    ),
     # empty results match empty results
     ("SELECT name FROM emp WHERE salary > 1000", "SELECT name FROM emp WHERE 1 = 0", 1.0),
     ("SELECT name FROM emp WHERE salary > 1000", "SELECT 'nobody'", 0.0),

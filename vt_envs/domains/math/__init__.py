@@ -145,12 +145,22 @@ def make_math_env(
     from vt_envs.tools.python import PythonTool  # imported here: it resolves the sandbox
 
     tasks = _task_source(
-        dataset, split=split, size=size, families=families, difficulty=difficulty,
-        dataset_layout=dataset_layout, fields=fields, limit=limit,
+        dataset,
+        split=split,
+        size=size,
+        families=families,
+        difficulty=difficulty,
+        dataset_layout=dataset_layout,
+        fields=fields,
+        limit=limit,
     )
     tool = PythonTool(
-        timeout_s=python_timeout_s, isolation=isolation, mode=python_mode,
-        traceback=traceback, max_output_chars=max_output_chars, prestart=prestart,
+        timeout_s=python_timeout_s,
+        isolation=isolation,
+        mode=python_mode,
+        traceback=traceback,
+        max_output_chars=max_output_chars,
+        prestart=prestart,
     )
     if action_format is None:
         action_format = "tags" if observation_format == "inline" else "json"

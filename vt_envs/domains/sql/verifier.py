@@ -259,8 +259,12 @@ class ExecutionMatch:
             abs_tol=self.abs_tol,
         )
         value = float(match)
-        detail = "results match" if match else (
-            f"results differ ({len(pred.rows)} rows x {len(pred.columns)} columns vs "
-            f"{len(gold.rows)} x {len(gold.columns)} expected)"
+        detail = (
+            "results match"
+            if match
+            else (
+                f"results differ ({len(pred.rows)} rows x {len(pred.columns)} columns vs "
+                f"{len(gold.rows)} x {len(gold.columns)} expected)"
+            )
         )
         return Score(value, {"correct": value, "executed": 1.0}, detail)
