@@ -1,6 +1,6 @@
 # VT: the two commands a new user runs, plus lint.
 #   make test        create .venv, install, run the default test suite
-#   make quickstart  create .venv, install, run the demo
+#   make quickstart  create .venv, install, SFT + GRPO a tiny policy on CPU (minutes)
 # Both are idempotent: the install step re-runs only when the package
 # metadata changes.
 
@@ -30,7 +30,7 @@ test-all: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m ""
 
 quickstart: $(VENV)/.installed-dev
-	$(BIN)/python -m vt_envs.demo
+	$(BIN)/python -m vt_train.quickstart --out runs/quickstart
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check vt_envs vt_train vt_bench tests scripts

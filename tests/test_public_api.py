@@ -28,3 +28,10 @@ def test_vt_envs_imports_without_torch_vllm_deepspeed():
     out = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_vt_train_all_names_exist():
+    import vt_train
+
+    missing = [name for name in vt_train.__all__ if not hasattr(vt_train, name)]
+    assert missing == []

@@ -2,6 +2,11 @@
 
 Each command is a module exposing ``add_arguments(parser)`` and
 ``main(args) -> int``; add one by adding a line to :data:`COMMANDS`.
+
+Only the chosen command's module is imported (some import torch, which
+costs seconds), so ``python -m vt_bench --help`` stays fast: the top-level
+parser knows the command names and their help lines, and the command's own
+parser (:func:`command_parser`) reads the rest of the arguments.
 """
 
 from __future__ import annotations
@@ -23,22 +28,46 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "vt_bench.sql_speed",
         "VT-SQL-v0 oracle steps/s, embedded DB build times and sizes, tool/verifier latency.",
     ),
+    "math-speed": (
+        "vt_bench.math_speed",
+        "VT-Math-v0 oracle steps/s, python tool latency, verifier exact path vs math-verify.",
+    ),
+    "trainer-speed": (
+        "vt_bench.trainer_speed",
+        "Trainer update tokens/s (GRPO, PPO) and HF-engine rollout tokens/s, tiny model, CPU.",
+    ),
+    "all": (
+        "vt_bench.report",
+        "Run every benchmark with modest defaults; write OUT/REPORT.md and the JSONs.",
+    ),
 }
+
+PROG = "python -m vt_bench"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m vt_bench", description=__doc__.splitlines()[0])
+    """The top-level parser: command names and help lines, no command module imported."""
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
-        command = sub.add_parser(name, help=help_text, description=help_text)
-        command.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(command)
+    for name, (_, help_text) in COMMANDS.items():
+        # add_help=False: `COMMAND --help` falls through to the command's own parser.
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """The full parser of one command (imports its module)."""
+    module, help_text = COMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=help_text)
+    importlib.import_module(module).add_arguments(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(importlib.import_module(args._module).main(args) or 0)
+    top, rest = build_parser().parse_known_args(argv)
+    args = command_parser(top.command).parse_args(rest)
+    args.command = top.command
+    return int(importlib.import_module(COMMANDS[top.command][0]).main(args) or 0)
 
 
 if __name__ == "__main__":

@@ -45,13 +45,16 @@ class EnvConfig:
         id: a registered env id (``"VT-Lookup-v0"``, ``"VT-Math-v0"``, ...).
         kwargs: keyword arguments for ``vt_envs.make`` (both splits).
         eval_split: the held-out split used for evaluation.
-        eval_episodes: held-out episodes per evaluation (greedy decoding).
+        eval_episodes: held-out episodes per evaluation.
+        eval_temperatures: decoding temperatures evaluated each time; 0 is
+            greedy (metrics ``eval/...``), others log as ``eval_t{T}/...``.
     """
 
     id: str = "VT-Lookup-v0"
     kwargs: dict[str, Any] = field(default_factory=dict)
     eval_split: str = "test"
     eval_episodes: int = 100
+    eval_temperatures: tuple[float, ...] = (0.0,)
 
 
 @dataclass
@@ -122,6 +125,7 @@ class OptimConfig:
 
     Attributes:
         lr: actor learning rate (AdamW).
+        betas: AdamW's (beta1, beta2).
         critic_lr: critic learning rate (PPO).
         weight_decay: AdamW weight decay.
         warmup_steps: linear learning-rate warmup, in optimizer steps.
@@ -134,6 +138,7 @@ class OptimConfig:
     """
 
     lr: float = 1e-4
+    betas: tuple[float, float] = (0.9, 0.999)
     critic_lr: float = 1e-4
     weight_decay: float = 0.0
     warmup_steps: int = 0
@@ -238,6 +243,8 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
             return None
         non_none = [a for a in args if a is not type(None)]
         return _coerce(value, non_none[0], key) if len(non_none) == 1 else value
+    if origin is tuple and isinstance(value, (list, tuple)):
+        return tuple(_coerce(v, args[0] if args else Any, key) for v in value)
     if dataclasses.is_dataclass(annotation):
         if not isinstance(value, Mapping):
             raise InvalidConfigError(f"{key} must be a mapping, got {value!r}")

@@ -40,8 +40,6 @@ __all__ = [
     "collate",
     "collect_sft_examples",
     "evaluate",
-    "generate_batch",
-    "rollout_batch",
     "run_sft",
     "run_sft_command",
     "sft_loss",
@@ -229,8 +227,12 @@ def run_sft(config: SFTConfig, model: nn.Module, tokenizer: Any = None) -> dict[
     tok = vt_envs.load_tokenizer(tokenizer)
     start = time.perf_counter()
     examples = collect_sft_examples(
-        config.env_id, config.num_trajectories, env_kwargs=config.env_kwargs,
-        split=config.split, mix=config.mix, seed=config.seed,
+        config.env_id,
+        config.num_trajectories,
+        env_kwargs=config.env_kwargs,
+        split=config.split,
+        mix=config.mix,
+        seed=config.seed,
     )
     collect_s = time.perf_counter() - start
     oracle = [e.reward for e in examples if e.used_tool]
@@ -269,140 +271,6 @@ def run_sft(config: SFTConfig, model: nn.Module, tokenizer: Any = None) -> dict[
 # ---------------------------------------------------------------- generation
 
 
-@dataclass
-class _Row:
-    ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish: str = "length"
-
-
-@torch.no_grad()
-def generate_batch(
-    model: nn.Module,
-    contexts: Sequence[Sequence[int]],
-    *,
-    max_new_tokens: int,
-    stop: Sequence[str],
-    tokenizer: Any,
-    temperature: float = 0.0,
-    generator: torch.Generator | None = None,
-) -> list[tuple[list[int], list[float], str]]:
-    """Continue each context for one turn, all rows in one left-padded batch.
-
-    Returns, per row, ``(generated ids, their logprobs, finish reason)``.
-    ``temperature`` 0 is greedy (logprobs are then of the T=1 distribution);
-    otherwise ids are sampled from ``softmax(logits / temperature)`` and the
-    logprobs are of that distribution. A row stops after the token that
-    completes a stop string (kept), at the eos token (kept), or after
-    ``max_new_tokens`` tokens.
-    """
-    if not contexts:
-        return []
-    device = next(model.parameters()).device
-    width = max(len(c) for c in contexts)
-    pad = tokenizer.pad_token_id
-    ids = torch.tensor([[pad] * (width - len(c)) + list(c) for c in contexts], device=device)
-    attn = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=device)
-    positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    rows = [_Row() for _ in contexts]
-    active = list(range(len(contexts)))
-    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
-    for _ in range(max_new_tokens):
-        logits = out.logits[:, -1].float()
-        scaled = logits / temperature if temperature > 0 else logits
-        logp = torch.log_softmax(scaled, dim=-1)
-        if temperature > 0:
-            token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
-        else:
-            token = logp.argmax(-1)
-        chosen = logp.gather(-1, token[:, None]).squeeze(-1)
-        still = []
-        for row in active:
-            r = rows[row]
-            r.ids.append(int(token[row]))
-            r.logprobs.append(float(chosen[row]))
-            if r.ids[-1] == tokenizer.eos_token_id:
-                r.finish = "eos"
-            elif any(s in tokenizer.decode(r.ids) for s in stop):
-                r.finish = "stop"
-            else:
-                still.append(row)
-        active = still
-        if not active:
-            break
-        # finished rows keep decoding (batched) but their tokens are discarded
-        attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-        positions = positions[:, -1:] + 1
-        out = model(
-            input_ids=token[:, None], attention_mask=attn, position_ids=positions,
-            past_key_values=out.past_key_values, use_cache=True,
-        )
-    return [(r.ids, r.logprobs, r.finish) for r in rows]
-
-
-@dataclass
-class Episode:
-    """One rolled-out episode: token-aligned ids, loss mask, sampling logprobs."""
-
-    task_id: str
-    input_ids: list[int]
-    loss_mask: list[int]
-    logprobs: list[float]
-    reward: float = 0.0
-    tool_calls: int = 0
-    turns: int = 0
-    actions: list[str] = field(default_factory=list)
-
-
-def rollout_batch(
-    model: nn.Module,
-    envs: Sequence[Any],
-    tasks: Sequence[Task],
-    *,
-    temperature: float = 0.0,
-    max_new_tokens: int = 16,
-    generator: torch.Generator | None = None,
-) -> list[Episode]:
-    """Play ``tasks[i]`` in ``envs[i]`` (raw ToolEnvs), all turns in lockstep.
-
-    A minimal synchronous rollout for evaluation and the SFT/RL experiments
-    (the trainer's collector is async and per trajectory). Actions are
-    passed to the env as their generated ids; nothing is re-tokenized.
-    """
-    tokenizer = envs[0].tokenizer
-    stop = envs[0].stop_strings
-    episodes = []
-    for env, task in zip(envs, tasks):
-        obs, _ = env.reset(options={"task": task})
-        ids = obs["tokens"].tolist()
-        episodes.append(Episode(task.id, ids, [0] * len(ids), [0.0] * len(ids)))
-    active = list(range(len(envs)))
-    while active:
-        generated = generate_batch(
-            model, [episodes[i].input_ids for i in active], max_new_tokens=max_new_tokens,
-            stop=stop, tokenizer=tokenizer, temperature=temperature, generator=generator,
-        )
-        still = []
-        for i, (gen_ids, gen_logprobs, _finish) in zip(active, generated):
-            ep = episodes[i]
-            ep.input_ids += gen_ids
-            ep.loss_mask += [1] * len(gen_ids)
-            ep.logprobs += gen_logprobs
-            ep.actions.append(tokenizer.decode(gen_ids))
-            obs, reward, terminated, truncated, info = envs[i].step(gen_ids)
-            ep.turns, ep.tool_calls = info["turn"], info["tool_calls"]
-            new = obs["tokens"].tolist()
-            ep.input_ids += new
-            ep.loss_mask += [0] * len(new)
-            ep.logprobs += [0.0] * len(new)
-            if terminated or truncated:
-                ep.reward = float(reward)
-            else:
-                still.append(i)
-        active = still
-    return episodes
-
-
 def evaluate(
     model: nn.Module,
     tokenizer: Any = None,
@@ -412,47 +280,50 @@ def evaluate(
     greedy: bool = True,
     *,
     env_kwargs: Mapping[str, Any] | None = None,
-    temperature: float = 1.0,
-    batch_size: int = 100,
-    max_new_tokens: int = 16,
+    max_new_tokens: int = 8,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Run ``model`` on the first ``episodes`` tasks of ``split``; return
-    ``accuracy`` (mean reward), ``tool_use_rate`` (episodes with >= 1 tool
-    call), ``mean_turns``, ``episodes`` and ``seconds``.
+    """Play ``episodes`` held-out episodes with ``model`` through the trainer's
+    own path (:class:`~vt_train.engines.hf.HFEngine` +
+    :func:`vt_train.evaluation.evaluate`): greedy, or sampled at T=1."""
+    from vt_envs.core.loop import run_sync
+    from vt_envs.core.vector import ToolVectorEnv
+    from vt_train.engines.hf import HFEngine
+    from vt_train.evaluation import evaluate as evaluate_engine
 
-    ``greedy=False`` samples at ``temperature`` with a generator seeded by
-    ``seed`` (reproducible on one machine).
-    """
+    tok = vt_envs.load_tokenizer(tokenizer)
+    venv = ToolVectorEnv(
+        [
+            vt_envs.make(env_id, split=split, tokenizer=tok, **dict(env_kwargs or {}))
+            for _ in range(min(episodes, 64))
+        ]
+    )
+    engine = HFEngine(model, tok, seed=seed)
+    task_ids = venv.envs[0].tasks.ids()[:episodes]
     start = time.perf_counter()
-    kwargs = dict(env_kwargs or {})
-    if tokenizer is not None:
-        kwargs["tokenizer"] = tokenizer
-    envs = [vt_envs.make(env_id, split=split, **kwargs) for _ in range(min(batch_size, episodes))]
-    generator = torch.Generator().manual_seed(seed)
-    results: list[Episode] = []
     try:
-        tasks = [envs[0].tasks[i] for i in range(min(episodes, len(envs[0].tasks)))]
-        for lo in range(0, len(tasks), len(envs)):
-            chunk = tasks[lo: lo + len(envs)]
-            results += rollout_batch(
-                model, envs[: len(chunk)], chunk, temperature=0.0 if greedy else temperature,
-                max_new_tokens=max_new_tokens, generator=generator,
-            )
+        result = run_sync(
+            evaluate_engine(
+                engine,
+                venv,
+                task_ids,
+                max_new_tokens=max_new_tokens,
+                temperature=0.0 if greedy else 1.0,
+                seed=seed,
+            ),
+            method="sft.evaluate",
+            async_method="vt_train.evaluation.evaluate",
+        )
     finally:
-        for env in envs:
-            env.close()
-    n = len(results)
+        venv.close()
+    model.train()
     return {
-        "accuracy": sum(e.reward for e in results) / n,
-        "tool_use_rate": sum(e.tool_calls > 0 for e in results) / n,
-        "mean_turns": sum(e.turns for e in results) / n,
-        "episodes": float(n),
+        "accuracy": result.accuracy,
+        "tool_use_rate": result.tool_use_rate,
+        "mean_turns": result.mean_turns,
+        "episodes": result.episodes,
         "seconds": time.perf_counter() - start,
     }
-
-
-# ------------------------------------------------------------------ command
 
 
 def _default_mix_phase() -> SFTConfig:
@@ -475,12 +346,12 @@ class SFTRunConfig:
         mix_phase: phase 2 (tool/guess mixture); ``mix_steps`` 0 skips it.
         mix_steps: overrides ``mix_phase.steps`` (0: no phase 2).
         output_dir: where the model, tokenizer and ``sft_metrics.json`` go.
-        eval_episodes: held-out (test split) episodes evaluated at the end.
+        eval_episodes: held-out (test split) episodes evaluated at the end (0: none).
         threads: ``torch.set_num_threads`` (1 is fastest on a loaded 2-core box).
     """
 
     model: TinyModelConfig = field(default_factory=lambda: TinyModelConfig())
-    sft: SFTConfig = field(default_factory=lambda: SFTConfig(steps=200, lr=1e-3))
+    sft: SFTConfig = field(default_factory=lambda: SFTConfig(steps=300, lr=1e-3))
     mix_phase: SFTConfig = field(default_factory=_default_mix_phase)
     mix_steps: int = 60
     output_dir: str = "runs/sft"
@@ -502,10 +373,16 @@ def run_sft_command(config: SFTRunConfig) -> dict[str, Any]:
     if config.mix_steps > 0:
         phase2 = SFTConfig(**{**config.mix_phase.__dict__, "steps": config.mix_steps})
         summary["phase2"] = _summary(run_sft(phase2, model, tok))
-    for name, greedy in (("greedy", True), ("sampled", False)):
+    for name, greedy in (("greedy", True), ("sampled", False)) if config.eval_episodes else ():
         summary[f"eval_{name}"] = evaluate(
-            model, tok, config.sft.env_id, "test", config.eval_episodes, greedy,
-            env_kwargs=config.sft.env_kwargs, max_new_tokens=8,
+            model,
+            tok,
+            config.sft.env_id,
+            "test",
+            config.eval_episodes,
+            greedy,
+            env_kwargs=config.sft.env_kwargs,
+            max_new_tokens=8,
         )
     out = Path(config.output_dir)
     save_pretrained_with_tokenizer(model, tok, out / "model")

@@ -122,6 +122,7 @@ class Trainer:
             policy,
             config.deepspeed,
             lr=config.optim.lr,
+            betas=config.optim.betas,
             weight_decay=config.optim.weight_decay,
             warmup_steps=config.optim.warmup_steps,
         )
@@ -204,8 +205,8 @@ class Trainer:
             stop=self.stop,
         )
 
-    def evaluate(self) -> EvalResult:
-        """Greedy episodes on the held-out split (``env.eval_episodes`` tasks)."""
+    def evaluate(self, temperature: float = 0.0) -> EvalResult:
+        """Episodes on the held-out split (``env.eval_episodes`` tasks), greedy by default."""
         r = self.config.rollout
         return run_sync(
             evaluate(
@@ -213,12 +214,29 @@ class Trainer:
                 self.eval_env,
                 self.eval_task_ids,
                 max_new_tokens=r.max_new_tokens,
+                temperature=temperature,
                 seed=self.config.seed,
                 max_context=r.max_context,
             ),
             method="Trainer.evaluate",
             async_method="vt_train.evaluation.evaluate",
         )
+
+    def _evaluate_and_log(self, *, transcripts: bool = False) -> dict[str, float]:
+        """Evaluate at every ``env.eval_temperatures``; log and return the metrics."""
+        metrics: dict[str, float] = {}
+        for temperature in self.config.env.eval_temperatures:
+            result = self.evaluate(temperature)
+            prefix = "eval/" if temperature == 0 else f"eval_t{temperature:g}/"
+            metrics.update(result.metrics(prefix))
+            if transcripts and temperature == self.config.env.eval_temperatures[0]:
+                write_transcripts(
+                    self.run_dir / "transcripts" / f"eval_step{self.step_index:04d}.txt",
+                    result.trajectories[:8],
+                    self.tokenizer,
+                )
+        self.metrics.log(metrics, step=self.step_index)
+        return metrics
 
     # -------------------------------------------------------------- update
 
@@ -418,38 +436,21 @@ class Trainer:
         cfg = self.config
         summary: dict[str, Any] = {}
         if self.step_index == 0:
-            before = self.evaluate()
-            self.metrics.log(before.metrics(), step=0)
-            write_transcripts(
-                self.run_dir / "transcripts" / "eval_step0000.txt",
-                before.trajectories[:8],
-                self.tokenizer,
-            )
-            summary["before"] = before.metrics()
+            summary["before"] = self._evaluate_and_log(transcripts=True)
         bar = _progress(range(self.step_index, cfg.steps), progress)
         for _ in bar:
             metrics = self.step()
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(
                     reward=f"{metrics['rollout/mean_reward']:.2f}",
-                    acc=f"{metrics['rollout/accuracy']:.2f}",
+                    tool=f"{metrics['rollout/tool_use_rate']:.2f}",
                 )
-            if (
-                cfg.eval_every
-                and self.step_index % cfg.eval_every == 0
-                and self.step_index < cfg.steps
-            ):
-                self.metrics.log(self.evaluate().metrics(), step=self.step_index)
+            last = self.step_index == cfg.steps  # the final evaluation follows the loop
+            if cfg.eval_every and self.step_index % cfg.eval_every == 0 and not last:
+                self._evaluate_and_log()
             if cfg.save_every and self.step_index % cfg.save_every == 0:
                 self.save_checkpoint()
-        after = self.evaluate()
-        self.metrics.log(after.metrics(), step=self.step_index)
-        write_transcripts(
-            self.run_dir / "transcripts" / f"eval_step{self.step_index:04d}.txt",
-            after.trajectories[:8],
-            self.tokenizer,
-        )
-        summary["after"] = after.metrics()
+        summary["after"] = self._evaluate_and_log(transcripts=True)
         self.save_checkpoint()
         save_pretrained_with_tokenizer(
             self.actor.module, self.config.model.tokenizer, self.run_dir / "final"

@@ -38,3 +38,15 @@ def test_unknown_task_id_suggests():
 def test_bad_split_for_generated():
     with pytest.raises(InvalidConfigError, match="split must be one of"):
         GeneratedTasks(gen, 3, name="g", split="dev")
+
+
+def test_conventional_ids_resolve_without_generating_the_split():
+    calls = []
+
+    def counting(split: str, index: int) -> Task:
+        calls.append(index)
+        return Task(id=f"g/{split}/{index}", prompt="p")
+
+    tasks = GeneratedTasks(counting, 10_000, name="g")
+    assert tasks.get("g/train/9876").id == "g/train/9876"
+    assert calls == [9876]

@@ -17,8 +17,14 @@ from vt_train.model import (  # noqa: E402
     token_logprobs,
 )
 
-SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                        intermediate_size=64, max_position_embeddings=256)
+SMALL = TinyModelConfig(
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=256,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -15,13 +15,18 @@ from vt_train.sft import (  # noqa: E402
     collate,
     collect_sft_examples,
     evaluate,
-    generate_batch,
     run_sft,
     sft_loss,
 )
 
-SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                        intermediate_size=64, max_position_embeddings=256)
+SMALL = TinyModelConfig(
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=256,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -83,24 +88,11 @@ def test_sft_config_validation():
         SFTConfig(split="test")
 
 
-def test_generate_batch_left_padding_matches_unpadded_greedy():
-    tok = vt_envs.load_tokenizer()
-    model = build_tiny_model(SMALL)
-    contexts = [[5, 6, 7, 8, 9, 10], [20, 21], [30, 31, 32]]
-    batched = generate_batch(model, contexts, max_new_tokens=4, stop=["</answer>"], tokenizer=tok)
-    for context, (ids, logprobs, finish) in zip(contexts, batched):
-        (alone, alone_lp, _), = generate_batch(
-            model, [context], max_new_tokens=4, stop=["</answer>"], tokenizer=tok
-        )
-        assert ids == alone
-        assert logprobs == pytest.approx(alone_lp, abs=1e-4)
-        assert finish in ("length", "eos", "stop")
-
-
 def test_thirty_sft_steps_reduce_the_loss():
     model = build_tiny_model(SMALL)
-    config = SFTConfig(num_trajectories=64, steps=30, batch_size=8, lr=1e-2, warmup_steps=5,
-                       log_every=1)
+    config = SFTConfig(
+        num_trajectories=64, steps=30, batch_size=8, lr=1e-2, warmup_steps=5, log_every=1
+    )
     metrics = run_sft(config, model)
     first = metrics["losses"][0][1]
     assert metrics["oracle_reward"] == 1.0

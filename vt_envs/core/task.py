@@ -143,3 +143,12 @@ class GeneratedTasks(TaskSource):
         if task is None:
             task = self._cache[index] = self._generate(self.split, index)
         return task
+
+    def get(self, task_id: str) -> Task:
+        """Like :meth:`TaskSource.get`; ids of the conventional form
+        ``"{name}/{split}/{index}"`` resolve without generating the whole split."""
+        prefix = f"{self.name}/{self.split}/"
+        suffix = task_id[len(prefix) :] if task_id.startswith(prefix) else ""
+        if suffix.isdigit() and int(suffix) < len(self) and self[int(suffix)].id == task_id:
+            return self[int(suffix)]
+        return super().get(task_id)
