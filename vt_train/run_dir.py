@@ -97,8 +97,11 @@ def plot_reward_curve(run_dir: str | Path, *, title: str = "", window: int = 5) 
         ax.plot(steps, smooth, color="tab:blue", label=f"train reward ({window}-step mean)")
     if tools:
         ax.plot(*zip(*tools), color="tab:green", alpha=0.6, label="train tool-use rate")
+    sampled = [(r["step"], r["eval_t1/accuracy"]) for r in records if "eval_t1/accuracy" in r]
     if evals:
         ax.plot(*zip(*evals), "o-", color="tab:red", label="held-out accuracy (greedy)")
+    if sampled:
+        ax.plot(*zip(*sampled), "s--", color="tab:orange", label="held-out accuracy (T=1)")
     ax.set_xlabel("RL step")
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)

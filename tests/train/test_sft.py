@@ -7,6 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from train_helpers import SMALL_MODEL  # noqa: E402
+
 import vt_envs  # noqa: E402
 from vt_envs.errors import InvalidConfigError  # noqa: E402
 from vt_train.model import TinyModelConfig, build_tiny_model  # noqa: E402
@@ -19,22 +21,7 @@ from vt_train.sft import (  # noqa: E402
     sft_loss,
 )
 
-SMALL = TinyModelConfig(
-    hidden_size=32,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    intermediate_size=64,
-    max_position_embeddings=256,
-)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+SMALL = TinyModelConfig(**SMALL_MODEL)
 
 
 def test_oracle_examples_are_env_tokens_plus_encoded_actions():

@@ -19,6 +19,7 @@ from vt_train.algorithms.advantages import (
     group_filter_mask,
     masked_mean,
     masked_whiten,
+    register_advantage,
 )
 from vt_train.algorithms.config import AlgorithmConfig
 from vt_train.algorithms.kl import KL_ESTIMATORS, kl_penalty, kl_token_rewards
@@ -46,5 +47,6 @@ __all__ = [
     "loss_normalizers",
     "masked_mean",
     "masked_whiten",
+    "register_advantage",
     "value_loss",
 ]

@@ -54,6 +54,7 @@ __all__ = [
     "grpo",
     "masked_mean",
     "masked_whiten",
+    "register_advantage",
     "reinforce_pp",
     "rloo",
 ]
@@ -83,7 +84,7 @@ class AdvantageEstimator(Protocol):
 ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
 
 
-def _estimator(
+def register_advantage(
     name: str,
     *,
     needs_values: bool = False,
@@ -195,7 +196,7 @@ def _token_level_rewards(rewards: Tensor, mask: Tensor, token_rewards: Tensor | 
 # ---------------------------------------------------------------- group-based
 
 
-@_estimator("grpo", group_based=True)
+@register_advantage("grpo", group_based=True)
 def grpo(
     rewards: Tensor,
     mask: Tensor,
@@ -218,7 +219,7 @@ def grpo(
     return _outcome_output("grpo", adv, r, mask, config, token_rewards)
 
 
-@_estimator("dr_grpo", group_based=True)
+@register_advantage("dr_grpo", group_based=True)
 def dr_grpo(
     rewards: Tensor,
     mask: Tensor,
@@ -238,7 +239,7 @@ def dr_grpo(
     return _outcome_output("dr_grpo", adv, r, mask, config, token_rewards)
 
 
-@_estimator("rloo", group_based=True)
+@register_advantage("rloo", group_based=True)
 def rloo(
     rewards: Tensor,
     mask: Tensor,
@@ -283,7 +284,7 @@ def group_filter_mask(rewards: Tensor, group_ids: Tensor) -> Tensor:
 # ---------------------------------------------------------------- token-level
 
 
-@_estimator("reinforce_pp", uses_token_rewards=True)
+@register_advantage("reinforce_pp", uses_token_rewards=True)
 def reinforce_pp(
     rewards: Tensor,
     mask: Tensor,
@@ -315,7 +316,7 @@ def reinforce_pp(
     return advantages, returns
 
 
-@_estimator("gae", needs_values=True, uses_token_rewards=True)
+@register_advantage("gae", needs_values=True, uses_token_rewards=True)
 def gae(
     rewards: Tensor,
     mask: Tensor,

@@ -119,24 +119,35 @@ class SQLTool(Tool):
         return {"con": connect_readonly(path)}
 
     async def close_session(self, session: Any) -> None:
-        con = session.pop("con", None) if session else None
+        if not session:
+            return
+        await _settle(session, interrupt=True)
+        con = session.pop("con", None)
         if con is not None:
             con.close()
 
     async def call(self, session: Any, arguments: Mapping[str, Any]) -> ToolResult:
         con: duckdb.DuckDBPyConnection = session["con"]
-        query = arguments["query"]
-        try:
-            outcome = await asyncio.to_thread(
+        # One query at a time per connection: wait for the previous one (an
+        # interrupted query may still be unwinding in its thread).
+        await _settle(session, interrupt=False)
+        running = asyncio.ensure_future(
+            asyncio.to_thread(
                 execute_query,
                 con,
-                query,
+                arguments["query"],
                 timeout_s=self.query_timeout_s,
                 max_rows=self.max_rows,
                 count_limit=_COUNT_LIMIT,
             )
+        )
+        session["running"] = running
+        try:
+            # Shielded: cancelling the call (the env's timeout) must not orphan the
+            # thread; we interrupt the query and the next call waits for it to stop.
+            outcome = await asyncio.shield(running)
         except asyncio.CancelledError:
-            con.interrupt()  # the thread keeps running otherwise
+            con.interrupt()
             raise
         return self._result(outcome)
 
@@ -164,3 +175,12 @@ class SQLTool(Tool):
                 "truncated": float(truncated),
             },
         )
+
+
+async def _settle(session: dict[str, Any], *, interrupt: bool) -> None:
+    """Wait until the session's last query thread has finished (interrupting it first)."""
+    running = session.get("running")
+    if running is not None and not running.done():
+        if interrupt:
+            session["con"].interrupt()
+        await asyncio.wait([running])
