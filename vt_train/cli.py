@@ -5,6 +5,9 @@
     vt-train resume RUN_DIR [key=value ...]       continue an RL run from its last checkpoint
     vt-train check RECIPE.yaml [...]              validate a recipe (no model is loaded)
 
+Data parallel over several processes (CPU gloo or GPUs):
+``torchrun --nproc_per_node N -m vt_train.cli RECIPE.yaml [key=value ...]``.
+
 Overrides use dotted keys and YAML values: ``algo=ppo rollout.n=8
 optim.lr=5e-5``. The resolved config is written to the run directory.
 """
@@ -34,10 +37,11 @@ def _rl(recipe: str | None, overrides: Sequence[str], *, resume: bool = False) -
     if resume:
         trainer.load_checkpoint()
     summary = trainer.train()
-    plot = plot_reward_curve(config.output_dir, title=f"{config.algo} on {config.env.id}")
     trainer.close()
-    print(json.dumps(summary, indent=2))
-    print(f"run directory: {config.output_dir} (reward curve: {plot})")
+    if trainer.is_main:  # under torchrun, rank 0 reports
+        plot = plot_reward_curve(config.output_dir, title=f"{config.algo} on {config.env.id}")
+        print(json.dumps(summary, indent=2))
+        print(f"run directory: {config.output_dir} (reward curve: {plot})")
     return 0
 
 

@@ -143,7 +143,11 @@ def _tokenizer_dir(tokenizer: Any) -> Path | None:
 
 
 def save_pretrained_with_tokenizer(
-    model: nn.Module, tokenizer: Any, path: str | os.PathLike[str]
+    model: nn.Module,
+    tokenizer: Any,
+    path: str | os.PathLike[str],
+    *,
+    state_dict: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``model`` and its tokenizer to ``path`` in the Hugging Face layout.
 
@@ -157,7 +161,7 @@ def save_pretrained_with_tokenizer(
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, safe_serialization=True)
+    model.save_pretrained(path, safe_serialization=True, state_dict=state_dict)
     source = _tokenizer_dir(tokenizer)
     if source is not None:
         for name in _TOKENIZER_FILES:

@@ -28,11 +28,12 @@ __all__ = ["MetricsLogger", "plot_reward_curve", "read_metrics", "write_transcri
 class MetricsLogger:
     """Appends metrics to ``metrics.jsonl`` (and TensorBoard when available)."""
 
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True):
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, enabled: bool = True):
+        self.enabled = enabled  # False on every rank but 0
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._writer = None
-        if tensorboard:
+        if tensorboard and enabled:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -41,6 +42,8 @@ class MetricsLogger:
                 self._writer = None
 
     def log(self, metrics: Mapping[str, float], *, step: int) -> None:
+        if not self.enabled:
+            return
         record = {"step": step, **{k: v for k, v in metrics.items() if k != "step"}}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")

@@ -35,6 +35,7 @@ import vt_envs
 from vt_envs.core.loop import run_sync
 from vt_envs.core.tokenizer import load_tokenizer
 from vt_envs.core.vector import ToolVectorEnv
+from vt_envs.errors import InvalidConfigError
 from vt_train.algorithms import (
     ADVANTAGES,
     POLICY_LOSSES,
@@ -60,6 +61,7 @@ from vt_train.model import (
 )
 from vt_train.rollout import collect
 from vt_train.run_dir import MetricsLogger, write_transcripts
+from vt_train.trajectory import Trajectory
 
 __all__ = ["Trainer"]
 
@@ -109,9 +111,6 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         torch.set_num_threads(config.torch_threads)
         _seed_everything(config.seed)
-        (self.run_dir / "config.yaml").write_text(
-            yaml.safe_dump(config_to_dict(config), sort_keys=False)
-        )
 
         self.tokenizer = load_tokenizer(
             config.model.tokenizer or config.init_from or config.model.path
@@ -126,6 +125,20 @@ class Trainer:
             weight_decay=config.optim.weight_decay,
             warmup_steps=config.optim.warmup_steps,
         )
+        # Data parallel under torchrun: each rank plays its share of the step's
+        # tasks, trajectories are all-gathered, and each rank trains on its
+        # rows of every minibatch (DeepSpeed all-reduces the gradients).
+        self.rank, self.world = _dist_rank_world()
+        if config.rollout.tasks_per_step % self.world:
+            raise InvalidConfigError(
+                f"rollout.tasks_per_step ({config.rollout.tasks_per_step}) must be a multiple of "
+                f"the number of processes ({self.world}) so every rank plays as many tasks"
+            )
+        self.is_main = self.rank == 0
+        if self.is_main:
+            (self.run_dir / "config.yaml").write_text(
+                yaml.safe_dump(config_to_dict(config), sort_keys=False)
+            )
         self.reference = None
         if self.algo.kl_coef > 0:
             self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
@@ -144,7 +157,7 @@ class Trainer:
         )
 
         env_kwargs = dict(config.env.kwargs)
-        batch = config.rollout.tasks_per_step * config.rollout.n
+        batch = config.rollout.tasks_per_step // self.world * config.rollout.n
         self.train_env = ToolVectorEnv(
             [
                 vt_envs.make(config.env.id, split="train", tokenizer=self.tokenizer, **env_kwargs)
@@ -167,7 +180,9 @@ class Trainer:
         eval_ids = self.eval_env.envs[0].tasks.ids()
         self.eval_task_ids = eval_ids[: config.env.eval_episodes]
         self.stop = tuple(self.train_env.stop_strings)
-        self.metrics = MetricsLogger(self.run_dir, tensorboard=config.tensorboard)
+        self.metrics = MetricsLogger(
+            self.run_dir, tensorboard=config.tensorboard, enabled=self.is_main
+        )
         self.step_index = 0
         self.updates = 0
         self.history: list[dict[str, float]] = []
@@ -223,8 +238,10 @@ class Trainer:
         )
 
     def _evaluate_and_log(self, *, transcripts: bool = False) -> dict[str, float]:
-        """Evaluate at every ``env.eval_temperatures``; log and return the metrics."""
+        """Evaluate at every ``env.eval_temperatures`` (on rank 0); log and return the metrics."""
         metrics: dict[str, float] = {}
+        if not self.is_main:
+            return _broadcast(None)
         for temperature in self.config.env.eval_temperatures:
             result = self.evaluate(temperature)
             prefix = "eval/" if temperature == 0 else f"eval_t{temperature:g}/"
@@ -236,7 +253,7 @@ class Trainer:
                     self.tokenizer,
                 )
         self.metrics.log(metrics, step=self.step_index)
-        return metrics
+        return _broadcast(metrics) if self.world > 1 else metrics
 
     # -------------------------------------------------------------- update
 
@@ -290,6 +307,33 @@ class Trainer:
         metrics["rollout/advantage_abs_mean"] = float(masked_mean(advantages.abs(), mask))
         return batch.with_extras(**extras), metrics
 
+    def _gather(self, local: list[Trajectory]) -> list[Trajectory]:
+        """All ranks' trajectories in global task-major order, group id = global task index.
+
+        Rank ``r`` played tasks ``r, r + world, ...`` of the step, ``n`` samples each.
+        """
+        n = self.config.rollout.n
+        shares = [local]
+        if self.world > 1:
+            import torch.distributed as dist
+
+            shares = [None] * self.world
+            dist.all_gather_object(shares, local)
+        trajectories = []
+        for task in range(self.config.rollout.tasks_per_step):
+            rank, k = task % self.world, task // self.world
+            for trajectory in shares[rank][k * n : (k + 1) * n]:
+                trajectory.group_id = task
+                trajectories.append(trajectory)
+        return trajectories
+
+    def _dummy_backward(self) -> None:
+        """A zero-gradient backward, so a rank with no rows joins the all-reduce."""
+        ids = torch.full((1, 1), self.tokenizer.pad_token_id)
+        self.actor.backward(self.actor(input_ids=ids).logits.float().sum() * 0.0)
+        if self.critic is not None:
+            self.critic.backward(self.critic(ids).float().sum() * 0.0)
+
     def _micro_step(self, mb: TrainBatch, norm: Mapping[str, float]) -> dict[str, float]:
         algo = self.algo
         mask = mb.loss_mask
@@ -316,14 +360,16 @@ class Trainer:
         else:
             ent = ent.detach()
         metrics["policy/entropy"] = float(ent.detach())
-        self.actor.backward(loss)
+        # DeepSpeed averages gradients over ranks; the loss is normalized by
+        # the global counts, so scale by the world size to get their sum.
+        self.actor.backward(loss * self.world)
         if self.critic is not None:
             values = self.critic(mb.input_ids, mb.attention_mask).float()
             v_mat, v_metrics = value_loss(
                 values, mb.extras["old_values"], mb.extras["returns"], mask, algo
             )
             v_loss = algo.vf_coef * aggregate(v_mat, mask, algo.loss_agg, **agg)
-            self.critic.backward(v_loss)
+            self.critic.backward(v_loss * self.world)
             metrics["critic/vf_loss"] = float(v_loss.detach())
             metrics.update({k: float(v) for k, v in v_metrics.items()})
         return metrics
@@ -340,9 +386,18 @@ class Trainer:
             for minibatch in batch.minibatches(
                 cfg.optim.minibatch_size, shuffle=True, generator=generator
             ):
-                norm = loss_normalizers(minibatch.loss_mask)
-                for mb in minibatch.split(cfg.optim.micro_batch_size):
-                    for key, value in self._micro_step(mb, norm).items():
+                norm = loss_normalizers(minibatch.loss_mask)  # global: the whole minibatch
+                rows = minibatch.select(
+                    range(self.rank, len(minibatch), self.world), normalize=False
+                )
+                micro = rows.split(cfg.optim.micro_batch_size) if len(rows) else []
+                # every rank runs as many backward passes (each one all-reduces)
+                per_rank = -(-len(minibatch) // self.world)
+                for i in range(-(-per_rank // cfg.optim.micro_batch_size)):
+                    if i >= len(micro):
+                        self._dummy_backward()
+                        continue
+                    for key, value in self._micro_step(micro[i], norm).items():
                         sums[key] = sums.get(key, 0.0) + value
                         counts[key] = counts.get(key, 0) + 1
                 grad_norm = self.actor.step(self.updates)
@@ -379,26 +434,29 @@ class Trainer:
 
     # ---------------------------------------------------------------- loop
 
-    def step(self) -> dict[str, float]:
-        """One RL step; returns its metrics (also logged)."""
-        cfg, algo = self.config, self.algo
-        t0 = time.perf_counter()
+    def rollout(self) -> list[Trajectory]:
+        """Play this step's tasks (this rank's share) and gather every rank's trajectories."""
+        cfg = self.config
         tasks = self._sample_tasks(self.step_index)
-        trajectories = run_sync(
+        local = run_sync(
             collect(
                 self.engine,
                 self.train_env,
-                tasks,
+                tasks[self.rank :: self.world],
                 n_samples=cfg.rollout.n,
                 sampling=self._sampling(),
-                seed=cfg.seed * 100_003 + self.step_index,
+                seed=cfg.seed * 100_003 + self.step_index * 1_009 + self.rank,
                 mode=cfg.rollout.mode,
                 max_context=cfg.rollout.max_context,
             ),
-            method="Trainer.step",
+            method="Trainer.rollout",
             async_method="vt_train.rollout.collect",
         )
-        t_rollout = time.perf_counter() - t0
+        return self._gather(local)
+
+    def learn(self, trajectories: list[Trajectory]) -> dict[str, float]:
+        """Update the policy (and critic) on ``trajectories``; push the new weights."""
+        cfg, algo = self.config, self.algo
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
         batch = TrainBatch.from_trajectories(trajectories, pad_token_id=self.tokenizer.pad_token_id)
         keep = group_filter_mask(batch.rewards, batch.group_ids)
@@ -407,28 +465,32 @@ class Trainer:
             batch = (
                 batch.select(torch.nonzero(keep).flatten(), normalize=True) if keep.any() else None
             )
-        update_metrics: dict[str, float] = {}
-        t1 = time.perf_counter()
         if batch is not None and len(batch):
             batch, prep_metrics = self._prepare(batch)
-            update_metrics = {**prep_metrics, **self._update(batch)}
+            metrics.update({**prep_metrics, **self._update(batch)})
             probe = [t.input_ids[: cfg.rollout.max_context] for t in trajectories[:2]]
-            update_metrics.update(self._sync_weights(probe))
-        t_update = time.perf_counter() - t1
+            metrics.update(self._sync_weights(probe))
+        return metrics
+
+    def step(self) -> dict[str, float]:
+        """One RL step (:meth:`rollout` then :meth:`learn`); returns its metrics (also logged)."""
+        t0 = time.perf_counter()
+        trajectories = self.rollout()
+        t1 = time.perf_counter()
+        metrics = self.learn(trajectories)
+        t2 = time.perf_counter()
         tokens = sum(len(t.input_ids) for t in trajectories)
-        metrics.update(update_metrics)
         metrics.update(
             {
                 "step": self.step_index,
-                "time/rollout_s": t_rollout,
-                "time/update_s": t_update,
-                "perf/train_tokens_per_s": tokens / max(t_update, 1e-9),
-                "perf/rollout_tokens_per_s": tokens / max(t_rollout, 1e-9),
+                "time/rollout_s": t1 - t0,
+                "time/update_s": t2 - t1,
+                "perf/train_tokens_per_s": tokens / max(t2 - t1, 1e-9),
+                "perf/rollout_tokens_per_s": tokens / max(t1 - t0, 1e-9),
             }
         )
         self.step_index += 1
         self.metrics.log(metrics, step=self.step_index)
-        self._last_trajectories = trajectories
         return metrics
 
     def train(self, *, progress: bool = True) -> dict[str, Any]:
@@ -452,11 +514,16 @@ class Trainer:
                 self.save_checkpoint()
         summary["after"] = self._evaluate_and_log(transcripts=True)
         self.save_checkpoint()
-        save_pretrained_with_tokenizer(
-            self.actor.module, self.config.model.tokenizer, self.run_dir / "final"
-        )
+        state = self.actor.full_state_dict()  # collective under ZeRO-3
+        if self.is_main:
+            save_pretrained_with_tokenizer(
+                self.actor.module,
+                self.config.model.tokenizer,
+                self.run_dir / "final",
+                state_dict=state,
+            )
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         self.metrics.close()
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 
     # --------------------------------------------------------- checkpoints
@@ -475,7 +542,8 @@ class Trainer:
         self.actor.save_checkpoint(directory / "actor", tag, state)
         if self.critic is not None:
             self.critic.save_checkpoint(directory / "critic", tag, {})
-        (directory / "latest").write_text(tag)
+        if self.is_main:
+            (directory / "latest").write_text(tag)
         return directory / "actor" / tag
 
     def load_checkpoint(self, tag: str | None = None) -> None:
@@ -494,6 +562,25 @@ class Trainer:
         self.train_env.close()
         self.eval_env.close()
         run_sync(self.engine.aclose(), method="Trainer.close", async_method="engine.aclose")
+
+
+def _dist_rank_world() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _broadcast(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (no-op in a single process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _progress(iterable: Any, enabled: bool) -> Any:

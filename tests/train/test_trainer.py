@@ -12,6 +12,7 @@ import json
 
 import pytest
 import torch
+from train_helpers import TRAINER_OVERRIDES, ScriptedLookupPolicy
 
 from vt_envs.core.tokenizer import load_tokenizer
 from vt_train.config import load_config
@@ -19,41 +20,8 @@ from vt_train.engines import ScriptedEngine
 from vt_train.trainer import Trainer
 
 TOK = load_tokenizer()
-
-
-class HalfRightResponder:
-    """First turn: alternately look the key up or guess ``000``; after a lookup,
-    answer the value the tool returned."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, prompt: list[int]) -> list[int]:
-        text = TOK.decode(prompt)
-        last_turn = text.rsplit("<|im_start|>", 2)[-2]
-        if last_turn.startswith("tool\n"):
-            value = last_turn.removeprefix("tool\n").split("<|im_end|>")[0]
-            return TOK.encode(f"<answer>{value}</answer>")
-        self.calls += 1
-        key = text.rsplit("key ", 1)[1].split("?")[0]
-        action = f"<lookup>{key}</lookup>" if self.calls % 2 else "<answer>000</answer>"
-        return TOK.encode(action)
-
-
-OVERRIDES = [
-    "rollout.tasks_per_step=2",
-    "rollout.n=4",
-    "rollout.mode=sync",
-    "rollout.max_new_tokens=16",
-    "rollout.sync_check_tol=null",  # the scripted engine's logprobs are fake
-    "optim.minibatch_size=4",
-    "optim.micro_batch_size=2",
-    "optim.lr=1e-3",
-    "env.eval_episodes=4",
-    "model.tiny={hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, "
-    "intermediate_size: 64}",
-    "tensorboard=false",
-]
+HalfRightResponder = ScriptedLookupPolicy
+OVERRIDES = TRAINER_OVERRIDES
 
 
 def make_trainer(tmp_path, *extra: str, responder: HalfRightResponder | None = None) -> Trainer:
