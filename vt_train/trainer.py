@@ -185,7 +185,6 @@ class Trainer:
         )
         self.step_index = 0
         self.updates = 0
-        self.history: list[dict[str, float]] = []
 
     def _engine_kwargs(self, policy: torch.nn.Module) -> dict[str, Any]:
         kwargs = dict(self.config.rollout.engine_kwargs)

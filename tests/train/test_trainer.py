@@ -20,15 +20,15 @@ from vt_train.engines import ScriptedEngine
 from vt_train.trainer import Trainer
 
 TOK = load_tokenizer()
-HalfRightResponder = ScriptedLookupPolicy
-OVERRIDES = TRAINER_OVERRIDES
 
 
-def make_trainer(tmp_path, *extra: str, responder: HalfRightResponder | None = None) -> Trainer:
-    config = load_config(None, [*OVERRIDES, f"output_dir={tmp_path}", "rollout.engine=hf", *extra])
+def make_trainer(tmp_path, *extra: str, responder: ScriptedLookupPolicy | None = None) -> Trainer:
+    config = load_config(
+        None, [*TRAINER_OVERRIDES, f"output_dir={tmp_path}", "rollout.engine=hf", *extra]
+    )
     trainer = Trainer(config)
     trainer.engine = ScriptedEngine(
-        responder or HalfRightResponder(), eos_token_id=TOK.eos_token_id, tokenizer=TOK
+        responder or ScriptedLookupPolicy(), eos_token_id=TOK.eos_token_id, tokenizer=TOK
     )
     return trainer
 
@@ -55,7 +55,7 @@ def test_one_step_moves_every_parameter_and_logs(tmp_path, algo):
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
-    responder = HalfRightResponder()
+    responder = ScriptedLookupPolicy()
     straight = make_trainer(tmp_path / "a", responder=responder)
     straight.step()
     straight.step()
@@ -64,7 +64,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     expected = straight.step()
     straight.close()
 
-    resumed_responder = HalfRightResponder()
+    resumed_responder = ScriptedLookupPolicy()
     resumed_responder.calls = calls_at_checkpoint  # the scripted policy's own state
     resumed = make_trainer(tmp_path / "b", responder=resumed_responder)
     resumed.run_dir = tmp_path / "a"

@@ -433,8 +433,12 @@ class ToolEnv(gym.Env[dict, str]):
                 logger.warning("closing the %s session failed: %r", name, result)
 
     def _decode_action(self, action: Any) -> tuple[str, bool, int]:
-        """Return (text, ended_with_eos, token count) without re-tokenizing text actions
-        for training; counting a text action's tokens uses the tokenizer once."""
+        """Return ``(text, ended_with_eos, token_count)`` of an action.
+
+        Token ids are decoded (and counted as given). A text action is encoded
+        only to count it against the token budget; training always uses the
+        ids the policy generated, never these.
+        """
         eos = self.tokenizer.eos_token
         if isinstance(action, str):
             return action, action.endswith(eos), len(self.tokenizer.encode(action))
