@@ -21,8 +21,8 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from vt_envs.sandbox.isolation import Isolation
 from vt_envs.sandbox.process import Captured, SandboxProcess
+from vt_envs.sandbox.session import SandboxSession
 
 __all__ = ["BashOutcome", "BashSession"]
 
@@ -57,17 +57,8 @@ def _wrap(command: str, nonce: str) -> str:
     )
 
 
-class BashSession:
+class BashSession(SandboxSession):
     """One episode's shell. ``await start()``, ``await run(...)``, ``await close()``."""
-
-    def __init__(self, isolation: Isolation, *, files: dict[str, str | bytes] | None = None):
-        self.isolation, self.files = isolation, dict(files or {})
-        self._proc: SandboxProcess | None = None
-        self.restarts = 0
-
-    @property
-    def process(self) -> SandboxProcess | None:
-        return self._proc
 
     async def start(self) -> None:
         """Start the shell's sandbox. Raises ``SandboxUnavailableError``."""
@@ -100,18 +91,6 @@ class BashSession:
             await self._restart()
             return BashOutcome("timeout", out, None, restarted=True, elapsed_s=elapsed)
         return _split_exit_code(out, elapsed)
-
-    async def _restart(self) -> None:
-        if self._proc is not None:
-            await self._proc.kill()
-            self.restarts += 1
-        self._proc = None
-        await self.start()
-
-    async def close(self) -> None:
-        """Kill the shell's sandbox. Idempotent."""
-        if self._proc is not None:
-            await self._proc.kill()
 
 
 def _split_exit_code(out: Captured, elapsed: float) -> BashOutcome:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from vt_envs.sandbox.isolation import Isolation
 from vt_envs.sandbox.process import Captured, SandboxProcess, WorkerLost, _encode_files
+from vt_envs.sandbox.session import SandboxSession
 
 __all__ = ["PYTHON_MODES", "PythonOutcome", "PythonWorker", "WarmPool"]
 
@@ -118,7 +119,7 @@ class WarmPool:
             await proc.kill()
 
 
-class PythonWorker:
+class PythonWorker(SandboxSession):
     """One episode's interpreter. ``await start()``, ``await run(...)``, ``await close()``."""
 
     def __init__(
@@ -132,16 +133,11 @@ class PythonWorker:
     ):
         if mode not in PYTHON_MODES:
             raise ValueError(f"mode must be one of {PYTHON_MODES}, got {mode!r}")
-        self.isolation, self.files, self.mode = isolation, dict(files or {}), mode
+        super().__init__(isolation, files=files)
+        self.mode = mode
         self.max_repr_chars = max_repr_chars
         self._pool = pool
-        self._proc: SandboxProcess | None = None
         self._pending_files = False
-        self.restarts = 0
-
-    @property
-    def process(self) -> SandboxProcess | None:
-        return self._proc
 
     async def start(self) -> None:
         """Start (or take from the pool) the sandbox. Raises ``SandboxUnavailableError``."""
@@ -197,15 +193,3 @@ class PythonWorker:
             restarted=restarted,
             elapsed_s=elapsed,
         )
-
-    async def _restart(self) -> None:
-        if self._proc is not None:
-            await self._proc.kill()
-            self.restarts += 1
-        self._proc = None
-        await self.start()
-
-    async def close(self) -> None:
-        """Kill the sandbox. Idempotent."""
-        if self._proc is not None:
-            await self._proc.kill()
