@@ -17,7 +17,14 @@ from vt_envs.core.tool import Tool, ToolResult
 
 
 class EchoTool(Tool):
-    """Echoes its text; fails on ``"fail"``, raises on ``"raise"``, sleeps on ``"sleep N"``."""
+    """Echoes its text; fails on ``"fail"``, raises on ``"raise"``.
+
+    ``"sleep N"`` sleeps N seconds ignoring its deadline (so only the env's
+    backstop stops it); ``"nap N"`` sleeps too but honours the deadline and
+    returns its own timeout result, as a well-behaved tool does.
+    """
+
+    grace_s = 0.3  # keeps backstop tests quick
 
     name = "echo"
     description = "Echo TEXT back."
@@ -34,15 +41,17 @@ class EchoTool(Tool):
         self.opened: list[Any] = []
         self.closed: list[Any] = []
 
-    async def open_session(self, task: Any) -> dict[str, Any]:
-        session = {"task": task.id, "calls": 0}
+    async def open_session(self, task: Any, *, seed: int = 0) -> dict[str, Any]:
+        session = {"task": task.id, "calls": 0, "seed": seed}
         self.opened.append(session)
         return session
 
     async def close_session(self, session: Any) -> None:
         self.closed.append(session)
 
-    async def call(self, session: Any, arguments: Mapping[str, Any]) -> ToolResult:
+    async def call(
+        self, session: Any, arguments: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> ToolResult:
         text = arguments["text"]
         session["calls"] += 1
         if text == "fail":
@@ -51,6 +60,11 @@ class EchoTool(Tool):
             raise RuntimeError("tool bug")
         if text.startswith("sleep "):
             await asyncio.sleep(float(text.split()[1]))
+        if text.startswith("nap "):
+            wanted, limit = float(text.split()[1]), timeout_s or self.timeout_s
+            await asyncio.sleep(min(wanted, limit))
+            if wanted > limit:
+                return ToolResult.failure(f"Error: timed out after {limit:g} s.", "timeout")
         return ToolResult(text)
 
 

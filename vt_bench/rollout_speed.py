@@ -172,8 +172,8 @@ class JitteredLookupTool(LookupTool):
         super().__init__(timeout_s=max_s + 5.0)
         self.median_s, self.sigma, self.max_s = median_s, sigma, max_s
 
-    async def open_session(self, task: Any) -> _Session:
-        session = _Session(await super().open_session(task))
+    async def open_session(self, task: Any, *, seed: int = 0) -> _Session:
+        session = _Session(await super().open_session(task, seed=seed))
         session.task_id = task.id
         return session
 
@@ -181,11 +181,13 @@ class JitteredLookupTool(LookupTool):
         rng = np.random.default_rng([zlib.crc32(task_id.encode()), call])
         return min(self.max_s, self.median_s * float(np.exp(self.sigma * rng.standard_normal())))
 
-    async def call(self, session: _Session, arguments: Mapping[str, Any]) -> ToolResult:
+    async def call(
+        self, session: _Session, arguments: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> ToolResult:
         delay = self.delay_for(session.task_id, session.calls)
         session.calls += 1
         await asyncio.sleep(delay)
-        result = await super().call(session, arguments)
+        result = await super().call(session, arguments, timeout_s=timeout_s)
         return replace(result, metrics={**result.metrics, "delay_s": delay})
 
 

@@ -19,6 +19,7 @@ from vt_envs.core.tokenizer import ChatTokenizer, ObservationEncoder, load_token
 from vt_envs.core.tool import Tool, ToolResult, tool_registry
 from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.core.verifier import ExactMatch, Score, Verifier
+from vt_envs.core.wrappers import install as _install_async_wrappers
 from vt_envs.registration import (
     env_builder,
     make,
@@ -63,6 +64,8 @@ __all__ = [
     "run_episode",
     "tool_registry",
 ]
+
+_install_async_wrappers()
 
 register_env(
     "VT-Lookup-v0",

@@ -14,11 +14,13 @@ from collections.abc import Iterable
 
 __all__ = [
     "AsyncContextError",
+    "AsyncWrapperError",
     "DatasetFormatError",
     "EnvClosedError",
     "InvalidConfigError",
     "ResetNeededError",
     "SandboxUnavailableError",
+    "SubEnvError",
     "TemplateError",
     "UnknownKwargError",
     "UnknownNameError",
@@ -114,8 +116,13 @@ class TemplateError(VTError, ValueError):
 
 
 class AsyncContextError(VTError, RuntimeError):
-    """Raised when a sync method (``step``, ``reset``, ``close``) is called from
-    inside a running event loop; the message names the coroutine to await."""
+    """Raised when a sync method (``step``, ``reset``, ``close``) is called from a
+    coroutine on VT's own event loop; the message names the coroutine to await."""
+
+
+class AsyncWrapperError(VTError, TypeError):
+    """Raised when ``areset``/``astep`` meets a Gymnasium wrapper that changes
+    ``reset``/``step`` but has no async twin registered."""
 
 
 class EnvClosedError(VTError, RuntimeError):
@@ -124,6 +131,25 @@ class EnvClosedError(VTError, RuntimeError):
 
 class ResetNeededError(VTError, RuntimeError):
     """Raised when ``step`` is called before ``reset`` or after the episode ended."""
+
+
+class SubEnvError(VTError, RuntimeError):
+    """Raised by a vector env when one sub-env's reset or step raised.
+
+    Attributes:
+        index: the sub-env that failed.
+        phase: ``"reset"`` or ``"step"``.
+        results: on a step, every sub-env's result (the failed one as an
+            error truncation), so the others' work is not lost.
+    """
+
+    def __init__(self, index: int, phase: str, cause: BaseException, results=None):
+        self.index, self.phase, self.results = index, phase, results
+        super().__init__(
+            f"sub-env {index} raised during {phase}: {type(cause).__name__}: {cause}. The "
+            "other sub-envs' results are in .results; this sub-env resets before its next "
+            "step. Use on_error='truncate' to get it as a truncation with info['error'] instead."
+        )
 
 
 class SandboxUnavailableError(VTError, RuntimeError):

@@ -13,6 +13,7 @@ keywords ``ToolEnv`` itself understands (``tokenizer``, ``max_turns``, ...).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -135,15 +136,23 @@ def _load(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def make(env_id: str, **kwargs: Any) -> ToolEnv:
+def make(env_id: str | gym.envs.registration.EnvSpec, **kwargs: Any) -> ToolEnv:
     """Build the raw :class:`ToolEnv` for ``env_id`` (no Gymnasium wrappers).
 
     Use it for async code (``await env.astep(...)``) and vector envs;
-    ``gym.make`` adds Gymnasium's checking wrappers around the same env.
+    ``gym.make`` adds Gymnasium's checking wrappers around the same env (and
+    its wrappers have the async API too). ``env_id`` may also be an
+    ``EnvSpec`` (``env.spec``): its kwargs are used, updated by ``kwargs``.
+    ``env.spec`` carries every keyword the env was built with, so
+    ``gym.make(env.spec)`` or ``vt_envs.make(env.spec)`` builds the same env.
     """
+    if isinstance(env_id, gym.envs.registration.EnvSpec):
+        kwargs = {**env_id.kwargs, **kwargs}
+        env_id = env_id.id
     registration = _lookup(env_id)
-    env = _load(registration.builder)(**{**registration.kwargs, **kwargs})
-    env.spec = gym.spec(registration.id)
+    built_with = {**registration.kwargs, **kwargs}
+    env = _load(registration.builder)(**built_with)
+    env.spec = dataclasses.replace(gym.spec(registration.id), kwargs=built_with)
     return env
 
 

@@ -189,7 +189,7 @@ async def _step(setup: _Setup, r: _Rollout, env_index: int, generation: Generati
     ids = np.asarray(generation.token_ids, dtype=np.int64)
     r.append(generation.token_ids, generated=True, logprobs=generation.logprobs)
     r.finish_reasons.append(generation.finish_reason)
-    r.actions.append(setup.venv.envs[env_index].tokenizer.decode(ids))
+    r.actions.append(setup.venv.envs[env_index].unwrapped.tokenizer.decode(ids))
     r.turns += 1
     start = time.perf_counter()
     obs, reward, terminated, truncated, info = await setup.venv.astep_at(env_index, ids)

@@ -299,7 +299,7 @@ def evaluate(
         ]
     )
     engine = HFEngine(model, tok, seed=seed)
-    task_ids = venv.envs[0].tasks.ids()[:episodes]
+    task_ids = venv.envs[0].unwrapped.tasks.ids()[:episodes]
     start = time.perf_counter()
     try:
         result = run_sync(

@@ -176,8 +176,8 @@ class Trainer:
                 for _ in range(eval_width)
             ]
         )
-        self.train_task_ids = self.train_env.envs[0].tasks.ids()
-        eval_ids = self.eval_env.envs[0].tasks.ids()
+        self.train_task_ids = self.train_env.envs[0].unwrapped.tasks.ids()
+        eval_ids = self.eval_env.envs[0].unwrapped.tasks.ids()
         self.eval_task_ids = eval_ids[: config.env.eval_episodes]
         self.stop = tuple(self.train_env.stop_strings)
         self.metrics = MetricsLogger(

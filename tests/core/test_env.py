@@ -94,9 +94,15 @@ def test_tool_failure_exception_and_timeout_are_observations():
     _, _, _, _, info = env.step("<echo>raise</echo>")
     assert info["tool"]["error"] == "internal_error"
     assert "RuntimeError" in info["message"]["content"]
-    _, _, done, trunc, info = env.step("<echo>sleep 5</echo>")
+    _, _, done, trunc, info = env.step("<echo>nap 5</echo>")  # the tool's own timeout
     assert info["tool"]["error"] == "timeout" and "timed out" in info["message"]["content"]
-    assert not done and not trunc and info["tool_errors"] == 3
+    assert info["tool"]["latency_s"] < 0.25  # not the backstop's 0.2 + 0.3 s
+    _, _, done, trunc, info = env.step("<echo>sleep 5</echo>")  # only the backstop stops it
+    assert info["tool"]["error"] == "timeout" and "was stopped" in info["message"]["content"]
+    assert 0.45 < info["tool"]["latency_s"] < 2.0
+    assert not done and not trunc and info["tool_errors"] == 4
+    _, _, _, _, info = env.step("<echo>after</echo>")
+    assert info["tool"]["ok"] and info["message"]["content"] == "after"
 
 
 def test_max_turns_truncates_and_closes_sessions():
@@ -190,14 +196,28 @@ def test_render_ansi_is_the_decoded_token_stream():
     assert env.render() == env.tokenizer.decode(ids)
 
 
-def test_sync_call_inside_event_loop_names_the_coroutine():
+def test_sync_call_from_a_thread_running_its_own_loop_works():
+    # Jupyter runs an event loop on the main thread; env.step must still work there.
+    env = make_env()
+
+    async def notebook_cell():
+        env.reset(options={"task_id": "t1"})
+        return env.step("<answer>7</answer>")
+
+    _, reward, terminated, _, _ = asyncio.run(notebook_cell())
+    assert reward == 1.0 and terminated
+
+
+def test_sync_call_on_the_library_loop_names_the_coroutine():
+    from vt_envs.core.loop import submit
+
     env = make_env()
 
     async def misuse():
         env.reset(seed=0)
 
     with pytest.raises(AsyncContextError, match=r"await areset"):
-        asyncio.run(misuse())
+        submit(misuse()).result(timeout=10)
 
 
 @pytest.mark.asyncio

@@ -13,16 +13,18 @@ run those coroutines on the library's long-lived event loop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
-from vt_envs.core.loop import run_sync
+from vt_envs.core.loop import library_loop, on_library_loop, run_sync, submit
 from vt_envs.core.parser import ActionParser, ParseResult, ToolCall
 from vt_envs.core.prompt import ACTION_FORMATS, render_system_prompt
 from vt_envs.core.spaces import UnicodeText, token_sequence_space
@@ -77,14 +79,58 @@ class _Episode:
     """Mutable state of the running episode."""
 
     task: Task
-    sessions: dict[str, Any]
     started: float
     tokens: int
+    messages: list[dict[str, Any]]
+    # One lock per tool whose session takes one call at a time.
+    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    # Tools whose session could not be recovered after a cancelled call.
+    broken: set[str] = field(default_factory=set)
     turn: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
     invalid_actions: int = 0
     done: bool = False
+
+
+class _OpenSessions:
+    """The sessions of the running episode, held apart from the env so that a
+    finalizer can close them when the env is dropped without ``close()``."""
+
+    def __init__(self, tools: Mapping[str, Tool]):
+        self.tools = tools
+        self.sessions: dict[str, Any] = {}
+
+    async def aclose(self) -> None:
+        sessions, self.sessions = self.sessions, {}
+        results = await asyncio.gather(
+            *(self.tools[n].close_session(s) for n, s in sessions.items()),
+            return_exceptions=True,
+        )
+        for name, result in zip(sessions, results):
+            if isinstance(result, BaseException):
+                logger.warning("closing the %s session failed: %r", name, result)
+
+    async def aclose_all(self) -> None:
+        await self.aclose()
+        await asyncio.gather(*(tool.aclose() for tool in self.tools.values()))
+
+
+# Tasks started by finalizers that ran on the loop thread (kept alive until done).
+_FINALIZING: set[asyncio.Task] = set()
+
+
+def _release_abandoned(live: _OpenSessions) -> None:
+    """Finalizer of a ToolEnv dropped without ``close()``: close what it left open."""
+    try:
+        if on_library_loop():  # cannot block here: schedule it
+            task = library_loop().create_task(live.aclose_all())
+            _FINALIZING.add(task)
+            task.add_done_callback(_FINALIZING.discard)
+        else:
+            submit(live.aclose_all()).result(timeout=30)
+    except Exception as exc:  # interpreter shutdown; the sandboxes die with the process
+        logger.debug("finalizing an abandoned env failed: %r", exc)
 
 
 class ToolEnv(gym.Env[dict, str]):
@@ -96,7 +142,8 @@ class ToolEnv(gym.Env[dict, str]):
         assistant header. On a step: the ids between this action and the next
         one (the turn boundary, the tool message, the next assistant header in
         the ``chat`` format; the wrapped tool output in ``inline``). On the
-        final step: empty.
+        final step: empty — the env emits no turn close after the last
+        action, so a trajectory ends with the policy's own last id.
         ``text`` — the same observation as text (``tokenizer.decode(tokens)``).
 
     Action: the text the policy generated this turn (``str``), or its token ids
@@ -108,7 +155,10 @@ class ToolEnv(gym.Env[dict, str]):
     broken down in ``info["reward_parts"]``.
 
     ``terminated``: the agent answered. ``truncated``: ``max_turns``,
-    ``max_episode_tokens`` or ``max_episode_seconds`` ran out first.
+    ``max_episode_tokens``, ``max_episode_seconds`` or Gymnasium's
+    ``max_episode_steps`` (``gym.make(id, max_episode_steps=N)``) ran out
+    first; ``info["truncation"]`` names which, and the sessions are closed and
+    ``reward_parts`` filled the same way for each.
 
     ``info`` always has ``task_id``, ``turn``, ``parse`` (``None`` on reset),
     ``tool_calls``, ``tool_errors``, ``invalid_actions``, ``episode_tokens``;
@@ -120,6 +170,15 @@ class ToolEnv(gym.Env[dict, str]):
 
     Policy mistakes (malformed calls, unknown tools, tool errors, timeouts)
     are observations the agent reads, never exceptions.
+
+    Tool calls: each call gets a deadline, the tool's ``timeout_s`` cut to
+    what is left of ``max_episode_seconds``; the tool enforces it itself and
+    the env's timer is a backstop at the deadline plus the tool's
+    ``grace_s`` (see :mod:`vt_envs.core.tool`). Calls on one session run one
+    at a time, in the order the action wrote them.
+
+    Text the policy did not write (tool output, the task prompt, the system
+    prompt) is encoded with special tokens split, so it cannot forge a turn.
 
     Args:
         tools: the tools the agent may call (their sessions are opened at reset).
@@ -134,10 +193,16 @@ class ToolEnv(gym.Env[dict, str]):
         inline_template: how ``inline`` wraps tool output (``{text}``).
         action_format: how tool calls are described in the prompt: ``"tags"``
             or ``"json"``. The parser accepts both forms either way.
+        chat_template_kwargs: extra variables for the chat template
+            (``{"enable_thinking": False}`` for Qwen3).
+        template_tools: pass the tools' function specs to the chat template
+            as ``tools=`` (Qwen and Hermes templates list them in the system
+            prompt themselves); the env's system prompt then does not list them.
         max_turns: actions per episode before truncation.
         max_tool_calls: tool calls per episode; after that the env says so and
             only an answer is accepted. ``None``: no cap beyond ``max_turns``.
-        max_calls_per_turn: tool calls run from one action (in parallel).
+        max_calls_per_turn: tool calls run from one action (calls to one
+            stateful session run in order; the prompt says how many are allowed).
         max_episode_tokens: context budget (prompt + actions + observations).
         max_episode_seconds: wall-clock budget from reset; it also caps the
             time a tool call may take. ``None``: no wall-clock budget.
@@ -164,6 +229,8 @@ class ToolEnv(gym.Env[dict, str]):
         observation_format: str = "chat",
         inline_template: str = "\n<output>\n{text}\n</output>\n",
         action_format: str = "tags",
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+        template_tools: bool = False,
         max_turns: int = 8,
         max_tool_calls: int | None = None,
         max_calls_per_turn: int = 1,
@@ -216,7 +283,11 @@ class ToolEnv(gym.Env[dict, str]):
 
         self.tokenizer: ChatTokenizer = load_tokenizer(tokenizer)
         self.encoder = ObservationEncoder(
-            self.tokenizer, observation_format, inline_template=inline_template
+            self.tokenizer,
+            observation_format,
+            inline_template=inline_template,
+            tools=[tool.spec() for tool in tools] if template_tools else None,
+            chat_template_kwargs=chat_template_kwargs,
         )
         self.parser = ActionParser(
             tools,
@@ -230,6 +301,8 @@ class ToolEnv(gym.Env[dict, str]):
             action_format=action_format,
             answer_tag=answer_tags[0],
             extra_answer_forms=("\\boxed{ANSWER}",) if boxed_answers else (),
+            calls_per_turn=max_calls_per_turn,
+            list_tools=not template_tools,
         )
         self._answer_tag = answer_tags[0]
         self.stop_strings: tuple[str, ...] = self.parser.stop_strings
@@ -246,6 +319,10 @@ class ToolEnv(gym.Env[dict, str]):
         self._episode: _Episode | None = None
         self._transcript: list[str] = []
         self._closed = False
+        self._step_limit: int | None = None
+        self._live = _OpenSessions(self.tools)
+        # Dropped without close(): still release the sandboxes and connections.
+        self._finalizer = weakref.finalize(self, _release_abandoned, self._live)
 
     # ------------------------------------------------------------------ API
 
@@ -261,16 +338,22 @@ class ToolEnv(gym.Env[dict, str]):
         self._ensure_open()
         super().reset(seed=seed)
         task = self._choose_task(options or {})
-        await self._close_sessions()
-        sessions = await self._open_sessions(task)
+        # Drawn after the task, and whatever the tools: seeding never changes the task sequence.
+        session_seed = int(self.np_random.integers(1 << 31))
+        if self._episode is not None:
+            self._episode.done = True
+        await self._live.aclose()
         messages = [
             {"role": "system", "content": self.system_prompt},
             {"role": "user", "content": task.prompt},
         ]
         ids, text = self.encoder.encode_prompt(messages)
-        self._episode = _Episode(task, sessions, time.monotonic(), tokens=len(ids))
+        self._live.sessions = await self._open_sessions(task, session_seed)
+        episode = _Episode(task, time.monotonic(), tokens=len(ids), messages=messages)
+        episode.locks = {n: asyncio.Lock() for n, t in self.tools.items() if not t.concurrent_calls}
+        self._episode = episode
         self._transcript = [text]
-        return self._observation(ids, text), self._info(parse=None, messages=messages)
+        return self._observation(ids, text), self._info(parse=None, messages=list(messages))
 
     def reset(
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
@@ -295,6 +378,8 @@ class ToolEnv(gym.Env[dict, str]):
         self._transcript.append(text)
         episode.turn += 1
         episode.tokens += n_action_tokens
+        content = text.removesuffix(self.tokenizer.eos_token) if ended_with_eos else text
+        episode.messages.append({"role": "assistant", "content": content})
         parse = self.parser.parse(text)
         info_extra: dict[str, Any] = {}
 
@@ -302,7 +387,7 @@ class ToolEnv(gym.Env[dict, str]):
             # Off the event loop: a slow verifier (math-verify, SQL execution)
             # must not stall the other episodes sharing this loop.
             score = await asyncio.to_thread(self.verifier, episode.task, parse.answer or "")
-            return await self._finish(parse, score, truncated=False, ended_with_eos=ended_with_eos)
+            return await self._finish(parse, score, truncated=False)
 
         if parse.kind == "tool_call" and self._tool_budget_left(episode) > 0:
             feedback, results = await self._run_calls(episode, parse.calls)
@@ -316,31 +401,23 @@ class ToolEnv(gym.Env[dict, str]):
         truncation = self._budget_exhausted(episode)
         if truncation:
             return await self._finish(
-                parse,
-                None,
-                truncated=True,
-                ended_with_eos=ended_with_eos,
-                reason=truncation,
-                info_extra=info_extra,
+                parse, None, truncated=True, reason=truncation, info_extra=info_extra
             )
         if self.remind_turns_left:
-            left = self.max_turns - episode.turn
+            left = self._turn_limit() - episode.turn
             feedback += f"\n({left} turn{'s' if left != 1 else ''} left)"
         ids, obs_text = self.encoder.encode_observation(
-            feedback, action_ended_with_eos=ended_with_eos
+            feedback, history=episode.messages, action_ended_with_eos=ended_with_eos
         )
         episode.tokens += len(ids)
         if episode.tokens > self.max_episode_tokens:
             return await self._finish(
-                parse,
-                None,
-                truncated=True,
-                ended_with_eos=ended_with_eos,
-                reason="max_episode_tokens",
-                info_extra=info_extra,
+                parse, None, truncated=True, reason="max_episode_tokens", info_extra=info_extra
             )
+        message = {"role": self.encoder.observation_role, "content": feedback}
+        episode.messages.append(message)
         self._transcript.append(obs_text)
-        info_extra["message"] = {"role": self.encoder.observation_role, "content": feedback}
+        info_extra["message"] = dict(message)
         return self._observation(ids, obs_text), 0.0, False, False, self._info(parse, **info_extra)
 
     def step(
@@ -349,7 +426,7 @@ class ToolEnv(gym.Env[dict, str]):
         """Apply one action; return ``(observation, reward, terminated, truncated, info)``.
 
         The action is parsed: an answer ends the episode (scored by the
-        verifier); a tool call runs the tool (with its timeout) and its
+        verifier); a tool call runs the tool (under its deadline) and its
         output becomes the observation; anything else becomes an observation
         explaining the expected format.
         """
@@ -366,8 +443,10 @@ class ToolEnv(gym.Env[dict, str]):
         if self._closed:
             return
         self._closed = True
-        await self._close_sessions()
-        await asyncio.gather(*(tool.aclose() for tool in self.tools.values()))
+        self._finalizer.detach()
+        if self._episode is not None:
+            self._episode.done = True
+        await self._live.aclose_all()
 
     def close(self) -> None:
         """Release sessions and tools (see :meth:`aclose`)."""
@@ -380,6 +459,25 @@ class ToolEnv(gym.Env[dict, str]):
             f"<ToolEnv {self.name!r} tools={list(self.tools)} tasks={self.tasks!r} "
             f"format={self.observation_format!r}>"
         )
+
+    async def _abandon_episode(self) -> None:
+        """End the running episode without a result, closing its sessions (a vector
+        env does this to a sub-env whose step raised)."""
+        if self._episode is not None:
+            self._episode.done = True
+        await self._live.aclose()
+
+    # ---------------------------------------------------- Gymnasium wrappers
+
+    def bind_step_limit(self, max_episode_steps: int | None) -> None:
+        """Adopt Gymnasium's ``max_episode_steps`` as a turn budget (called by ``TimeLimit``).
+
+        ``gym.make(id, max_episode_steps=N)`` wraps the env in ``TimeLimit``;
+        :mod:`vt_envs.core.wrappers` makes that wrapper report ``N`` here, so
+        the env truncates on the same step, closing its sessions and filling
+        ``reward_parts`` as for its own budgets.
+        """
+        self._step_limit = max_episode_steps
 
     # ------------------------------------------------------------ internals
 
@@ -406,31 +504,35 @@ class ToolEnv(gym.Env[dict, str]):
             return self.tasks.get(str(options["task_id"]))
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
-    async def _open_sessions(self, task: Task) -> dict[str, Any]:
-        names = list(self.tools)
-        opened = await asyncio.gather(
-            *(self.tools[n].open_session(task) for n in names), return_exceptions=True
-        )
-        failures = [o for o in opened if isinstance(o, BaseException)]
+    async def _open_sessions(self, task: Task, seed: int) -> dict[str, Any]:
+        """Open every tool's session; on a failure or a cancellation, close the opened ones."""
+        opening = {
+            name: asyncio.ensure_future(tool.open_session(task, seed=seed))
+            for name, tool in self.tools.items()
+        }
+        try:
+            if opening:
+                await asyncio.wait(opening.values())
+        except BaseException:  # the reset was cancelled: no sandbox may outlive it
+            for pending in opening.values():
+                pending.cancel()
+            await asyncio.wait(opening.values(), timeout=_OPEN_UNWIND_S)
+            await self._close_opened(opening)
+            raise
+        failures = [t.exception() for t in opening.values() if t.exception() is not None]
         if failures:
-            sessions = {n: o for n, o in zip(names, opened) if not isinstance(o, BaseException)}
-            await self._close(sessions)
+            await self._close_opened(opening)
             raise failures[0]
-        return dict(zip(names, opened))
+        return {name: opened.result() for name, opened in opening.items()}
 
-    async def _close_sessions(self) -> None:
-        if self._episode is not None:
-            sessions, self._episode.sessions = self._episode.sessions, {}
-            await self._close(sessions)
-
-    async def _close(self, sessions: Mapping[str, Any]) -> None:
-        results = await asyncio.gather(
-            *(self.tools[n].close_session(s) for n, s in sessions.items()),
-            return_exceptions=True,
-        )
-        for name, result in zip(sessions, results):
-            if isinstance(result, BaseException):
-                logger.warning("closing the %s session failed: %r", name, result)
+    async def _close_opened(self, opening: Mapping[str, asyncio.Future]) -> None:
+        closing = _OpenSessions(self.tools)
+        closing.sessions = {
+            name: t.result()
+            for name, t in opening.items()
+            if t.done() and not t.cancelled() and t.exception() is None
+        }
+        await closing.aclose()
 
     def _decode_action(self, action: Any) -> tuple[str, bool, int]:
         """Return ``(text, ended_with_eos, token_count)`` of an action.
@@ -469,6 +571,8 @@ class ToolEnv(gym.Env[dict, str]):
         self, episode: _Episode, calls: Sequence[ToolCall]
     ) -> tuple[str, list[dict[str, Any]]]:
         calls = list(calls)[: self._tool_budget_left(episode)]
+        # Calls to different sessions overlap; calls to one session queue on its
+        # lock in the order written (asyncio.Lock is FIFO; gather starts them in order).
         results = await asyncio.gather(*(self._run_call(episode, call) for call in calls))
         texts, infos = [], []
         for call, (result, latency) in zip(calls, results):
@@ -488,37 +592,73 @@ class ToolEnv(gym.Env[dict, str]):
 
     async def _run_call(self, episode: _Episode, call: ToolCall) -> tuple[ToolResult, float]:
         tool = self.tools[call.name]
-        timeout = tool.timeout_s
-        if self.max_episode_seconds is not None:
-            remaining = self.max_episode_seconds - (time.monotonic() - episode.started)
-            timeout = max(0.001, min(timeout, remaining))
-        start = time.monotonic()
+        lock = episode.locks.get(call.name)
+        async with lock if lock is not None else contextlib.nullcontext():
+            if call.name in episode.broken:
+                return _unavailable(call.name), 0.0
+            timeout = tool.timeout_s
+            if self.max_episode_seconds is not None:
+                left = self.max_episode_seconds - (time.monotonic() - episode.started)
+                if left <= 0:
+                    return _out_of_time(call.name), 0.0
+                timeout = min(timeout, left)
+            start = time.monotonic()
+            result = await self._call_with_backstop(episode, tool, call, timeout)
+            return result, time.monotonic() - start
+
+    async def _call_with_backstop(
+        self, episode: _Episode, tool: Tool, call: ToolCall, timeout: float
+    ) -> ToolResult:
+        """Run one call under its deadline; the env's timer fires only at deadline + grace."""
+        session = self._live.sessions.get(call.name)
+        running = asyncio.ensure_future(tool.call(session, call.arguments, timeout_s=timeout))
         try:
-            result = await asyncio.wait_for(
-                tool.call(episode.sessions.get(call.name), call.arguments), timeout
+            done, _ = await asyncio.wait({running}, timeout=timeout + tool.grace_s)
+        except BaseException:  # this step itself was cancelled: close(), Ctrl-C, step_wait
+            await _cancel_and_wait(running, tool.grace_s)
+            raise
+        if not done:
+            logger.warning(
+                "tool %s overran its %.3g s deadline by %.3g s; cancelling the call",
+                call.name,
+                timeout,
+                tool.grace_s,
             )
-        except (asyncio.TimeoutError, TimeoutError):
-            result = ToolResult.failure(
-                f"Error: the {call.name} call timed out after {timeout:.3g} s.", "timeout"
+            await _cancel_and_wait(running, tool.grace_s)
+            if not (running.done() and await _recover(tool, session)):
+                episode.broken.add(call.name)
+                return _unavailable(call.name)
+            return ToolResult.failure(
+                f"Error: the {call.name} call did not finish within {timeout:.3g} s and was "
+                "stopped; its session was reset.",
+                "timeout",
             )
-        except Exception as exc:  # a tool bug must not end the agent's episode
-            logger.exception("tool %s raised", call.name)
-            result = ToolResult.failure(
+        try:
+            return running.result()
+        except (Exception, asyncio.CancelledError) as exc:  # a tool bug must not end the episode
+            logger.error("tool %s raised %r", call.name, exc, exc_info=exc)
+            return ToolResult.failure(
                 f"Error: the {call.name} tool failed ({type(exc).__name__}).", "internal_error"
             )
-        return result, time.monotonic() - start
 
     def _cap_observation(self, text: str) -> str:
-        ids = self.tokenizer.encode(text)
+        ids = self.tokenizer.encode_text(text)
         if len(ids) <= self.max_observation_tokens:
             return text
         kept = self.tokenizer.decode(ids[: self.max_observation_tokens])
         cut = len(ids) - self.max_observation_tokens
         return f"{kept}\n... [output truncated: {cut} more tokens not shown]"
 
+    def _turn_limit(self) -> int:
+        if self._step_limit is None:
+            return self.max_turns
+        return min(self.max_turns, self._step_limit)
+
     def _budget_exhausted(self, episode: _Episode) -> str | None:
         if episode.turn >= self.max_turns:
             return "max_turns"
+        if self._step_limit is not None and episode.turn >= self._step_limit:
+            return "max_episode_steps"
         if episode.tokens >= self.max_episode_tokens:
             return "max_episode_tokens"
         if (
@@ -534,14 +674,13 @@ class ToolEnv(gym.Env[dict, str]):
         score: Score | None,
         *,
         truncated: bool,
-        ended_with_eos: bool,
         reason: str | None = None,
         info_extra: Mapping[str, Any] | None = None,
     ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         episode = self._episode
         assert episode is not None
         episode.done = True
-        await self._close_sessions()
+        await self._live.aclose()
         parts = self._reward_parts(episode, score)
         reward = float(sum(parts.values()))
         info = self._info(parse, **(info_extra or {}))
@@ -584,6 +723,40 @@ class ToolEnv(gym.Env[dict, str]):
         }
         info.update(extra)
         return info
+
+
+# How long a cancelled reset waits for half-opened sessions before closing them.
+_OPEN_UNWIND_S = 15.0
+
+
+async def _cancel_and_wait(task: asyncio.Future, timeout: float) -> None:
+    """Cancel ``task`` and give it ``timeout`` seconds to unwind (kill, interrupt, reap)."""
+    task.cancel()
+    await asyncio.wait({task}, timeout=timeout)
+
+
+async def _recover(tool: Tool, session: Any) -> bool:
+    """Run the tool's recovery hook for ``session``, bounded by its grace; ``True`` on success."""
+    try:
+        await asyncio.wait_for(tool.recover_session(session), tool.grace_s)
+        return True
+    except (Exception, asyncio.TimeoutError) as exc:
+        logger.warning("recovering the %s session failed: %r", tool.name, exc)
+        return False
+
+
+def _unavailable(name: str) -> ToolResult:
+    return ToolResult.failure(
+        f"Error: the {name} tool is unavailable for the rest of this episode (an earlier "
+        "call could not be stopped).",
+        "unavailable",
+    )
+
+
+def _out_of_time(name: str) -> ToolResult:
+    return ToolResult.failure(
+        f"Error: the {name} call was not run: the episode's time budget is spent.", "timeout"
+    )
 
 
 def _check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:

@@ -6,6 +6,15 @@ daemon thread owned by the library, and block on the result. One loop for
 the whole process means sessions, subprocesses and connections opened by one
 sync call are still usable by the next (``asyncio.run`` per call would close
 the loop and orphan them), and a vector env's sub-envs run concurrently on it.
+
+A sync call is refused only on the library loop's own thread (it would wait
+on itself forever). Any other thread may block on it, including one that runs
+an event loop of its own, as Jupyter's main thread does.
+
+If the waiting thread is interrupted (``KeyboardInterrupt``, or any other
+exception while it waits), the coroutine is cancelled on the library loop and
+the caller waits, bounded, until it has unwound, so sessions are reset or
+closed before control returns; the coroutine never keeps running unobserved.
 """
 
 from __future__ import annotations
@@ -14,14 +23,18 @@ import asyncio
 import atexit
 import threading
 from collections.abc import Coroutine
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future, wait
 from typing import Any, TypeVar
 
 from vt_envs.errors import AsyncContextError
 
-__all__ = ["ensure_not_in_loop", "library_loop", "run_sync", "submit"]
+__all__ = ["ensure_not_on_library_loop", "library_loop", "on_library_loop", "run_sync", "submit"]
 
 T = TypeVar("T")
+
+#: How long a cancelled sync call waits for its coroutine to unwind (kill a
+#: sandbox, interrupt a query) before re-raising the interruption anyway.
+CANCEL_UNWIND_S = 15.0
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -39,20 +52,23 @@ def library_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def ensure_not_in_loop(method: str, async_method: str) -> None:
-    """Raise :class:`AsyncContextError` when called from a running event loop.
+def on_library_loop() -> bool:
+    """Whether the calling thread is the library loop's thread."""
+    return _thread is not None and threading.current_thread() is _thread
 
-    Blocking on the library loop from inside another loop would stall that
-    loop (and deadlock if it is the library loop itself).
+
+def ensure_not_on_library_loop(method: str, async_method: str) -> None:
+    """Raise :class:`AsyncContextError` when called on the library loop's thread.
+
+    Blocking there would deadlock: the coroutine waited for needs that very
+    thread to run.
     """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise AsyncContextError(
-        f"{method}() was called from inside a running event loop, where it would block "
-        f"the loop. Use the coroutine instead: `await {async_method}(...)`."
-    )
+    if on_library_loop():
+        raise AsyncContextError(
+            f"{method}() was called from a coroutine running on VT's event loop, where it "
+            f"would wait for itself forever. Use the coroutine instead: "
+            f"`await {async_method}(...)`."
+        )
 
 
 def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
@@ -64,14 +80,49 @@ def run_sync(coro: Coroutine[Any, Any, T], *, method: str, async_method: str) ->
     """Run ``coro`` on the library loop and wait for its result.
 
     ``method``/``async_method`` name the sync method and its coroutine twin
-    for the error raised when this is called inside a running loop.
+    for the error raised when this is called on the library loop's thread.
+    On any exception while waiting (``KeyboardInterrupt`` included) the
+    coroutine is cancelled and given up to :data:`CANCEL_UNWIND_S` seconds to
+    unwind before the exception propagates.
     """
     try:
-        ensure_not_in_loop(method, async_method)
+        ensure_not_on_library_loop(method, async_method)
     except AsyncContextError:
         coro.close()  # avoid "coroutine was never awaited"
         raise
-    return submit(coro).result()
+    loop = library_loop()
+    outcome: Future[T] = Future()
+    tasks: list[asyncio.Task[T]] = []
+
+    def start() -> None:
+        outcome.set_running_or_notify_cancel()
+        task = loop.create_task(coro)
+        task.add_done_callback(lambda done: _settle(done, outcome))
+        tasks.append(task)
+
+    def cancel() -> None:
+        for task in tasks:
+            task.cancel()
+
+    loop.call_soon_threadsafe(start)
+    try:
+        return outcome.result()
+    except BaseException:
+        if not outcome.done():
+            # Callbacks run in order, so the task exists by the time this runs.
+            loop.call_soon_threadsafe(cancel)
+            wait([outcome], timeout=CANCEL_UNWIND_S)
+        raise
+
+
+def _settle(task: asyncio.Task[T], outcome: Future[T]) -> None:
+    """Copy a finished task's result (or exception, or cancellation) into ``outcome``."""
+    if task.cancelled():
+        outcome.set_exception(CancelledError())
+    elif task.exception() is not None:
+        outcome.set_exception(task.exception())
+    else:
+        outcome.set_result(task.result())
 
 
 def _shutdown() -> None:

@@ -38,20 +38,29 @@ def render_system_prompt(
     action_format: str = "tags",
     answer_tag: str = "answer",
     extra_answer_forms: Sequence[str] = (),
+    calls_per_turn: int = 1,
+    list_tools: bool = True,
 ) -> str:
     """Render the system prompt for ``tools`` in ``action_format``.
 
     ``instructions`` is the domain's own text (what the task is, what counts
-    as an answer). The result ends with how to give the final answer.
+    as an answer). ``calls_per_turn`` is how many calls one turn may make.
+    ``list_tools=False`` leaves the tool list out (the chat template renders
+    it from ``tools=``). The result ends with how to give the final answer.
     """
     if action_format not in ACTION_FORMATS:
         raise InvalidConfigError(
             f"action_format must be one of {ACTION_FORMATS}, got {action_format!r}"
         )
+    per_turn = (
+        "one call per turn" if calls_per_turn == 1 else f"up to {calls_per_turn} calls per turn"
+    )
     parts = [instructions.strip()]
-    if tools:
+    if tools and not list_tools:
+        parts.append(f"Make {per_turn}; after a call you will see its output.")
+    elif tools:
         if action_format == "tags":
-            lines = ["You can use these tools, one call per turn:"]
+            lines = [f"You can use these tools, {per_turn}:"]
             for tool in tools:
                 form = _tag_example(tool) if tool.tag_argument else _json_example(tool)
                 lines.append(f"- {tool.name}: {tool.description.strip()} Call: {form}")
@@ -59,10 +68,12 @@ def render_system_prompt(
         else:
             specs = "\n".join(json.dumps(tool.spec()) for tool in tools)
             parts.append(
-                "You can call these functions, one call per turn:\n<tools>\n"
+                f"You can call these functions, {per_turn}:\n<tools>\n"
                 f"{specs}\n</tools>\n"
                 'Call one as <tool_call>{"name": NAME, "arguments": {...}}</tool_call>.'
             )
+        if calls_per_turn > 1:
+            parts.append("Calls in one turn run in the order you write them.")
         parts.append("After a call you will see its output. ")
     answer = f"<{answer_tag}>ANSWER</{answer_tag}>"
     forms = " or ".join([answer, *extra_answer_forms])

@@ -12,6 +12,12 @@ generated ids are never re-tokenized. Two pieces live here:
   each observation, so that ``prompt + action_1 + obs_1 + action_2 + ...``
   decodes to the transcript the chat template renders for that conversation.
 
+The special-token rule: text the policy did not write (tool output, task
+prompts, the system prompt) is encoded with special tokens *split*
+(:meth:`ChatTokenizer.encode_text`): a tool that prints ``<|im_end|>`` yields
+the ordinary tokens of those characters, so no tool output or dataset prompt
+can forge a turn. Only the chat template's own markup yields control ids.
+
 The default tokenizer is shipped as package data under
 ``vt_envs/assets/tokenizer`` (built by ``scripts/build_tokenizer.py``): a
 byte-level BPE with 2048 ids, single-token digits and tags, and ChatML.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import itertools
 import json
 import os
 import string
@@ -77,6 +84,8 @@ class ChatTokenizer(abc.ABC):
         eos_token / eos_token_id: the token that ends an assistant turn.
         pad_token_id: the id to pad batches with (``eos_token_id`` if the
             tokenizer has no pad token).
+        special_tokens: the strings of the control (special) tokens, which
+            :meth:`encode` maps to their ids and :meth:`encode_text` splits.
     """
 
     name: str
@@ -84,20 +93,43 @@ class ChatTokenizer(abc.ABC):
     eos_token: str
     eos_token_id: int
     pad_token_id: int
+    special_tokens: tuple[str, ...]
 
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:
         """Return the ids of ``text``. Adds no BOS/EOS; special-token strings
-        inside ``text`` (``<|im_end|>``) map to their ids."""
+        inside ``text`` (``<|im_end|>``) map to their ids. For template markup
+        and policy-written text."""
+
+    @abc.abstractmethod
+    def encode_text(self, text: str) -> list[int]:
+        """Return the ids of ``text`` with special-token strings split into
+        ordinary tokens, so ``decode`` gives ``text`` back but no control id
+        appears. For text the policy did not write (tool output, prompts)."""
 
     @abc.abstractmethod
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         """Return the text of ``ids``, special tokens kept."""
 
     @abc.abstractmethod
-    def apply_chat_template(self, messages: Messages, *, add_generation_prompt: bool) -> str:
-        """Render ``messages`` (dicts with ``role`` and ``content``) as text;
-        raises :class:`TemplateError` if the template rejects them."""
+    def apply_chat_template(
+        self,
+        messages: Messages,
+        *,
+        add_generation_prompt: bool,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **template_kwargs: Any,
+    ) -> str:
+        """Render ``messages`` (dicts with ``role`` and ``content``) as text.
+
+        ``tools`` (function specs) and ``template_kwargs`` (``enable_thinking``
+        ...) are passed to the template as variables. Raises
+        :class:`TemplateError` if the template rejects the messages.
+        """
+
+    def contains_special(self, text: str) -> bool:
+        """Whether ``text`` contains the string of a special token."""
+        return any(token in text for token in self.special_tokens)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size})"
@@ -159,6 +191,12 @@ class VTTokenizer(ChatTokenizer):
         self.eos_token_id = self._token_id(eos_token, "eos_token")
         self.pad_token_id = self._token_id(self.pad_token, "pad_token")
         self.vocab_size = max(tokenizer.get_vocab(with_added_tokens=True).values()) + 1
+        self.special_tokens = tuple(
+            t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special
+        )
+        # A twin that treats special-token strings as plain text (encode_text).
+        self._plain = type(tokenizer).from_str(tokenizer.to_str())
+        self._plain.encode_special_tokens = True
 
     def _token_id(self, token: str, role: str) -> int:
         token_id = self._tokenizer.token_to_id(token)
@@ -201,13 +239,25 @@ class VTTokenizer(ChatTokenizer):
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
+    def encode_text(self, text: str) -> list[int]:
+        return self._plain.encode(text, add_special_tokens=False).ids
+
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         return self._tokenizer.decode(_as_id_list(ids), skip_special_tokens=False)
 
-    def apply_chat_template(self, messages: Messages, *, add_generation_prompt: bool) -> str:
+    def apply_chat_template(
+        self,
+        messages: Messages,
+        *,
+        add_generation_prompt: bool,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **template_kwargs: Any,
+    ) -> str:
         try:
             return self._template.render(
+                **template_kwargs,
                 messages=list(messages),
+                tools=list(tools) if tools else None,
                 add_generation_prompt=add_generation_prompt,
                 eos_token=self.eos_token,
                 pad_token=self.pad_token,
@@ -242,21 +292,39 @@ class HFTokenizer(ChatTokenizer):
         pad = tokenizer.pad_token_id
         self.pad_token_id = self.eos_token_id if pad is None else int(pad)
         self.vocab_size = max(len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
+        added = getattr(tokenizer, "added_tokens_decoder", {}).values()
+        self.special_tokens = tuple(
+            dict.fromkeys([*(t.content for t in added if t.special), *tokenizer.all_special_tokens])
+        )
 
     def encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_text(self, text: str) -> list[int]:
+        return list(
+            self._tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+        )
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         return self._tokenizer.decode(
             _as_id_list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
         )
 
-    def apply_chat_template(self, messages: Messages, *, add_generation_prompt: bool) -> str:
+    def apply_chat_template(
+        self,
+        messages: Messages,
+        *,
+        add_generation_prompt: bool,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **template_kwargs: Any,
+    ) -> str:
         try:
             return self._tokenizer.apply_chat_template(
                 [dict(m) for m in messages],
+                tools=[dict(t) for t in tools] if tools else None,
                 tokenize=False,
                 add_generation_prompt=add_generation_prompt,
+                **template_kwargs,
             )
         except (ValueError, jinja2.TemplateError) as exc:
             raise TemplateError(
@@ -357,26 +425,28 @@ def _load_dir(path: Path) -> ChatTokenizer:
     return HFTokenizer(AutoTokenizer.from_pretrained(str(path), local_files_only=True))
 
 
-# A fixed conversation whose renders are diffed. The reply is plain text so
-# that templates render it verbatim and it can be found in the render.
-_BASE_SYSTEM = "You are a helpful assistant."
-_BASE_USER = "Hi."
-_BASE_REPLY = "Hello, how can I help?"
-
-
-@dataclass(frozen=True)
-class _Boundary:
-    """What the template renders around an assistant message (cached per encoder)."""
-
-    base_messages: tuple[Mapping[str, str], ...]
-    base_text: str
-    base_ids: tuple[int, ...]
-    close_ids: tuple[int, ...]  # closes an assistant turn: ``<|im_end|>\n`` in ChatML
-    after_eos_ids: tuple[int, ...]  # the part of close_ids after the eos token: ``\n``
+# Stand-ins rendered in place of the last action and of the new observation, to
+# find where they sit in a render. Plain words: templates render them verbatim.
+_ACTION_MARK = "VTactionMark7c1e"
+_OBSERVATION_MARK = "VTobservationMark5e2b"
+# The probe conversation checked at construction, so that a template or a
+# tokenizer the encoder cannot serve fails there, not in the middle of an episode.
+_PROBE_SYSTEM = "You are a helpful assistant."
+_PROBE_USER = "Hi."
 
 
 def _array(ids: Sequence[int]) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64).reshape(-1)
+
+
+@dataclass(frozen=True)
+class _Boundary:
+    """What the template renders around an assistant turn (found once per encoder)."""
+
+    close_text: str  # closes an assistant turn: ``<|im_end|>\n`` in ChatML
+    close_ids: tuple[int, ...]
+    after_eos_ids: tuple[int, ...]  # the part of close_ids after the eos token: ``\n``
+    header_ids: tuple[int, ...]  # opens an assistant turn: ``<|im_start|>assistant\n``
 
 
 class ObservationEncoder:
@@ -391,11 +461,18 @@ class ObservationEncoder:
         observation_role: the role of observation messages in ``chat``.
         inline_template: must contain the single field ``{text}``; literal
             braces are doubled, as in ``str.format``.
+        tools: function specs passed to the chat template as ``tools=``
+            (templates such as Qwen's render them into the system prompt).
+        chat_template_kwargs: extra template variables (``enable_thinking``).
 
     Every method returns ``(ids, text)`` with ``ids`` an ``int64`` array and
-    ``text == tokenizer.decode(ids)``. Raises :class:`TemplateError` at
-    construction if the chat template cannot be diffed (it does not render an
-    assistant message verbatim, or rejects the fixed base conversation).
+    ``text == tokenizer.decode(ids)``. Message contents are encoded with
+    :meth:`ChatTokenizer.encode_text` (special tokens split) wherever they
+    contain a special-token string, so only the template's markup yields
+    control ids. Raises :class:`TemplateError` at construction if the
+    template or tokenizer cannot be served (the template does not render
+    assistant content verbatim, rewrites the prompt when a message is added,
+    or closes turns with text that merges into the next tokens).
     """
 
     def __init__(
@@ -405,6 +482,8 @@ class ObservationEncoder:
         *,
         observation_role: str = "tool",
         inline_template: str = "\n<output>\n{text}\n</output>\n",
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ):
         if format not in OBSERVATION_FORMATS:
             raise InvalidConfigError(
@@ -416,114 +495,210 @@ class ObservationEncoder:
         self.format = format
         self.observation_role = observation_role
         self.inline_template = inline_template
-        self._boundary = self._find_boundary()
-        if format == "chat":
-            self._message_ids("probe")  # fail now, not mid-episode, if the diff cannot work
+        self.tools = [dict(t) for t in tools] if tools else None
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        probe = self._probe_prompt()
+        self._boundary = self._find_boundary(probe)
+        # Fail now, not mid-episode: one observation that holds every special token.
+        forged = "".join(self.tokenizer.special_tokens) or "probe"
+        history = [*probe, {"role": "assistant", "content": "ok"}]
+        ids, text = self.encode_observation(forged, history=history, action_ended_with_eos=False)
+        if self.tokenizer.decode(ids) != text:
+            raise TemplateError(
+                f"tokenizer {self.tokenizer.name!r} does not encode text pieces losslessly "
+                "(does it add a prefix space to every encode call?); token-in/token-out "
+                "needs a byte-level tokenizer"
+            )
+
+    def render(self, messages: Messages, *, add_generation_prompt: bool) -> str:
+        """The chat template's text for ``messages`` (with this encoder's tools and kwargs)."""
+        return self.tokenizer.apply_chat_template(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            tools=self.tools,
+            **self.chat_template_kwargs,
+        )
 
     def encode_prompt(self, messages: Messages) -> tuple[np.ndarray, str]:
         """The whole prompt, rendered with the generation prompt (it ends with
         the assistant header, ready to generate)."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        return self._pair(self.tokenizer.encode(text))
+        text = self.render(messages, add_generation_prompt=True)
+        if not any(self.tokenizer.contains_special(str(m.get("content", ""))) for m in messages):
+            return self._pair(self.tokenizer.encode(text))
+        return self._pair(self._encode_with_plain_contents(messages, text))
 
     def encode_observation(
-        self, text: str, *, action_ended_with_eos: bool
+        self,
+        text: str,
+        *,
+        history: Messages | None = None,
+        action_ended_with_eos: bool,
     ) -> tuple[np.ndarray, str]:
         """The ids to append after an action's generated ids.
 
+        ``history``: the episode's messages so far, ending with the assistant
+        message that holds the action (needed by ``chat``; ignored by
+        ``inline``).
+
         ``chat``: the tokens that close the assistant turn (all of them, or
         only those after the eos token if the action already ended with it),
-        then the observation message, then the next assistant header.
-        ``inline``: ``inline_template.format(text=text)`` encoded on its own;
-        ``action_ended_with_eos`` is ignored (no turn boundary is added).
-        """
-        if self.format == "inline":
-            return self._pair(self.tokenizer.encode(self.inline_template.format(text=text)))
-        return self._pair(self._close(action_ended_with_eos) + self._message_ids(text))
+        then the observation message, then the next assistant header — the
+        part of the template's render of ``history + [observation]`` after
+        the action. Earlier turns may render differently once a message is
+        added (Qwen3 drops empty ``<think></think>`` blocks of earlier turns);
+        that is allowed, since the ids already given stay what the policy saw.
+        The prompt part of the render must not change, and the last action
+        must be rendered verbatim, else :class:`TemplateError`.
 
-    def encode_final(self, *, action_ended_with_eos: bool) -> tuple[np.ndarray, str]:
-        """The tokens that close the last assistant turn of an episode (the
-        same in both formats; empty if the action already ended with eos and
-        the template adds nothing after it)."""
-        return self._pair(self._close(action_ended_with_eos))
+        ``inline``: ``inline_template.format(text=text)``, encoded as plain
+        text. If the action ended with eos (the turn is closed), the rest of
+        the turn close and a new assistant header come first, so the output
+        is never left outside a turn.
+        """
+        b = self._boundary
+        if self.format == "inline":
+            body = self.tokenizer.encode_text(self.inline_template.format(text=text))
+            if action_ended_with_eos:
+                return self._pair([*b.after_eos_ids, *b.header_ids, *body])
+            return self._pair(body)
+        if not history or history[-1].get("role") != "assistant":
+            raise InvalidConfigError(
+                "encode_observation(format='chat') needs history=the conversation so far, "
+                "ending with the assistant message that holds the action"
+            )
+        close = b.after_eos_ids if action_ended_with_eos else b.close_ids
+        before, after = self._observation_markup(history)
+        if not self.tokenizer.contains_special(text):
+            # One encode of the whole tail, as the template's own tokenization would give.
+            ids = self.tokenizer.encode(b.close_text + before + text + after)
+            if ids[: len(b.close_ids)] != list(b.close_ids):
+                raise TemplateError(
+                    f"the chat template of {self.tokenizer.name!r} closes assistant turns with "
+                    "text whose tokens merge with the next message's"
+                )
+            return self._pair([*close, *ids[len(b.close_ids) :]])
+        middle = self.tokenizer.encode_text(text)
+        tail = self.tokenizer.encode(b.close_text + before)[len(b.close_ids) :]
+        return self._pair([*close, *tail, *middle, *self.tokenizer.encode(after)])
 
     # -- internals ---------------------------------------------------------
 
     def _pair(self, ids: Sequence[int]) -> tuple[np.ndarray, str]:
         return _array(ids), self.tokenizer.decode(list(ids))
 
-    def _close(self, action_ended_with_eos: bool) -> list[int]:
-        b = self._boundary
-        return list(b.after_eos_ids if action_ended_with_eos else b.close_ids)
-
-    def _message_ids(self, text: str) -> list[int]:
-        """Suffix diff: the ids the template adds for one more message (and
-        the generation prompt) after the base conversation."""
-        b = self._boundary
-        messages = [*b.base_messages, {"role": self.observation_role, "content": text}]
-        full_text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-        if not full_text.startswith(b.base_text):
+    def _observation_markup(self, history: Messages) -> tuple[str, str]:
+        """The template's markup around a new observation: ``(before, after)``,
+        where ``before`` follows the turn close and ``after`` ends with the next
+        assistant header."""
+        *earlier, last = history
+        marked = [*earlier, {**last, "content": _ACTION_MARK}]
+        messages = [*marked, {"role": self.observation_role, "content": _OBSERVATION_MARK}]
+        rendered = self.render(messages, add_generation_prompt=True)
+        name = self.tokenizer.name
+        if rendered.count(_ACTION_MARK) != 1:
             raise TemplateError(
-                f"the chat template of {self.tokenizer.name!r} does not preserve the prefix: "
-                "adding a message changes how earlier messages render (does it render only "
-                "the last message, or rewrite earlier assistant content?). Token-in/token-out "
-                "needs a template that only appends; use format='inline' or fix the template"
+                f"the chat template of {name!r} does not render the last assistant message "
+                "verbatim once a message follows it (does it render only the last message, or "
+                "drop earlier assistant content?). Token-in/token-out needs the action to stay "
+                "where the policy wrote it; use format='inline' or fix the template"
             )
-        full_ids = self.tokenizer.encode(full_text)
-        n = len(b.base_ids)
-        if tuple(full_ids[:n]) != b.base_ids:
+        prompt = list(itertools.takewhile(lambda m: m.get("role") != "assistant", earlier))
+        head = self.render(prompt, add_generation_prompt=False) if prompt else ""
+        if not rendered.startswith(head):
             raise TemplateError(
-                f"the chat template of {self.tokenizer.name!r} preserves the prefix as text but "
-                "not as tokens: the tokens of the new message merge with the end of the "
-                "previous turn. The template must end each turn with a special token"
+                f"the chat template of {name!r} does not preserve the prefix: adding a "
+                "message changes how the prompt renders, so the ids already given to the "
+                "policy no longer match the conversation"
             )
-        return full_ids[n:]
+        tail = rendered[rendered.index(_ACTION_MARK) + len(_ACTION_MARK) :]
+        close = self._boundary.close_text
+        if not tail.startswith(close) or tail.count(_OBSERVATION_MARK) != 1:
+            raise TemplateError(
+                f"the chat template of {name!r} does not preserve the prefix: once a "
+                f"{self.observation_role!r} message follows, the assistant turn no longer "
+                f"closes with {close!r} (rendered {tail[:120]!r})"
+            )
+        before, after = tail[len(close) :].split(_OBSERVATION_MARK)
+        return before, after
 
-    def _render_base(self) -> tuple[list[dict[str, str]], str]:
-        conversation = [
-            {"role": "system", "content": _BASE_SYSTEM},
-            {"role": "user", "content": _BASE_USER},
-            {"role": "assistant", "content": _BASE_REPLY},
-        ]
-        try:
-            return conversation, self.tokenizer.apply_chat_template(
-                conversation, add_generation_prompt=False
-            )
-        except TemplateError:
-            # Some templates reject a system message; the diff needs none.
-            conversation = conversation[1:]
-            return conversation, self.tokenizer.apply_chat_template(
-                conversation, add_generation_prompt=False
-            )
+    def _encode_with_plain_contents(self, messages: Messages, text: str) -> list[int]:
+        """Encode a render segment by segment: markup with special tokens, message
+        contents with special tokens split."""
+        marks = [f"VTcontentMark{i}x" for i in range(len(messages))]
+        marked = [{**m, "content": mark} for m, mark in zip(messages, marks)]
+        skeleton = self.render(marked, add_generation_prompt=True)
+        ids: list[int] = []
+        rebuilt = ""
+        for message, mark in zip(messages, marks):
+            markup, found, skeleton = skeleton.partition(mark)
+            content = str(message.get("content", ""))
+            if not found or not text.startswith(rebuilt + markup + content):
+                raise TemplateError(
+                    f"the chat template of {self.tokenizer.name!r} does not render message "
+                    "contents verbatim, so text that holds special tokens cannot be encoded "
+                    "as plain text within it"
+                )
+            ids += self.tokenizer.encode(markup) + self.tokenizer.encode_text(content)
+            rebuilt += markup + content
+        return ids + self.tokenizer.encode(skeleton)
 
-    def _find_boundary(self) -> _Boundary:
-        messages, base_text = self._render_base()
-        cut = base_text.rfind(_BASE_REPLY)
+    def _probe_prompt(self) -> list[dict[str, str]]:
+        """A prompt the template accepts: system + user, or user alone."""
+        for prompt in (
+            [
+                {"role": "system", "content": _PROBE_SYSTEM},
+                {"role": "user", "content": _PROBE_USER},
+            ],
+            [{"role": "user", "content": _PROBE_USER}],
+        ):
+            try:
+                self.render(prompt, add_generation_prompt=True)
+                return prompt
+            except TemplateError:
+                # Some templates reject a system message; the probe needs none.
+                continue
+        raise TemplateError(
+            f"the chat template of {self.tokenizer.name!r} rejects a one-message prompt"
+        )
+
+    def _find_boundary(self, prompt: list[dict[str, str]]) -> _Boundary:
+        name = self.tokenizer.name
+        with_action = [*prompt, {"role": "assistant", "content": _ACTION_MARK}]
+        rendered = self.render(with_action, add_generation_prompt=False)
+        cut = rendered.rfind(_ACTION_MARK)
         if cut < 0:
             raise TemplateError(
-                f"the chat template of {self.tokenizer.name!r} does not render assistant "
-                f"content verbatim (rendered {base_text[-200:]!r}), so the tokens that close "
-                "an assistant turn cannot be found"
+                f"the chat template of {name!r} does not render assistant content verbatim "
+                f"(rendered {rendered[-200:]!r}), so the tokens that close an assistant turn "
+                "cannot be found"
             )
-        head_ids = self.tokenizer.encode(base_text[: cut + len(_BASE_REPLY)])
-        base_ids = self.tokenizer.encode(base_text)
-        if base_ids[: len(head_ids)] != head_ids:
+        close_text = rendered[cut + len(_ACTION_MARK) :]
+        head_ids = self.tokenizer.encode(rendered[: cut + len(_ACTION_MARK)])
+        all_ids = self.tokenizer.encode(rendered)
+        if all_ids[: len(head_ids)] != head_ids:
             raise TemplateError(
-                f"the chat template of {self.tokenizer.name!r} closes assistant turns with "
-                "text that merges into the assistant's last tokens; it must start the turn "
-                "close with a special token"
+                f"the chat template of {name!r} closes assistant turns with text that merges "
+                "into the assistant's last tokens; it must start the turn close with a special "
+                "token"
             )
-        close_ids = base_ids[len(head_ids) :]
+        close_ids = all_ids[len(head_ids) :]
+        if close_ids != self.tokenizer.encode(close_text):
+            raise TemplateError(
+                f"the chat template of {name!r} closes assistant turns with {close_text!r}, "
+                "whose tokens depend on what precedes them"
+            )
         eos = self.tokenizer.eos_token_id
         # A policy that stops at eos generated the turn close up to and
         # including eos; if the template's close lacks eos, it is all added.
         after_eos = close_ids[close_ids.index(eos) + 1 :] if eos in close_ids else close_ids
+        without = self.render(prompt, add_generation_prompt=False)
+        with_header = self.render(prompt, add_generation_prompt=True)
+        header = with_header[len(without) :] if with_header.startswith(without) else ""
         return _Boundary(
-            base_messages=tuple(messages),
-            base_text=base_text,
-            base_ids=tuple(base_ids),
+            close_text=close_text,
             close_ids=tuple(close_ids),
             after_eos_ids=tuple(after_eos),
+            header_ids=tuple(self.tokenizer.encode(header)),
         )
 
     def __repr__(self) -> str:

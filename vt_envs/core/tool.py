@@ -6,16 +6,28 @@ sandboxed interpreter, a database connection, a working copy of a repo)
 lives in a *session* that :meth:`Tool.open_session` creates at reset and
 :meth:`Tool.close_session` releases when the episode ends.
 
-Contract for implementers:
+The call contract (what :class:`~vt_envs.core.env.ToolEnv` relies on):
 
 - ``call`` never raises for anything the *policy* did (bad code, bad SQL, a
   missing key): it returns ``ToolResult(ok=False, error=...)`` with text the
   agent can read. Exceptions are reserved for bugs and infrastructure
   failures; the env still turns them into observations, but logs them.
-- Every call has a timeout (:attr:`Tool.timeout_s`). The env enforces it
-  from outside with ``asyncio.wait_for``; tools that run subprocesses also
-  enforce it themselves (a hard kill), since cancelling a coroutine does not
-  stop a process.
+- **Deadlines.** The env hands every call its ``timeout_s``: the tool's own
+  :attr:`Tool.timeout_s`, cut to what is left of the episode's wall-clock
+  budget. The tool enforces it itself (kill and restart its process,
+  interrupt its query) and returns a ``"timeout"`` result. The env's timer is
+  only a backstop at ``timeout_s + grace_s``: when it fires, the call is
+  cancelled, the agent reads a timeout observation, and the env awaits
+  :meth:`Tool.recover_session` before the session takes another call.
+- **Cancellation.** A call can be cancelled at any await (the backstop,
+  ``env.close()``, Ctrl-C on a sync ``step``, a vector ``step_wait`` that gave
+  up). Afterwards its session must be reset or closed — never wedged, never
+  answering a later call with an earlier call's output.
+- **One call at a time.** The env never runs two calls on one session
+  concurrently unless the tool sets :attr:`Tool.concurrent_calls`; calls
+  from one action run in order.
+- **Closed means closed.** A session closed once never restarts; a call on
+  it returns a failure.
 - Tools are registered under the entry-point group ``vt_envs.tools``
   (``name = "package.module:ToolClass"``), so a third-party package can add
   tools that ``tool_registry.create(name)`` finds.
@@ -68,7 +80,8 @@ class Tool(abc.ABC):
 
     Subclasses set the class attributes and implement :meth:`call`; the ones
     that keep per-episode state also override :meth:`open_session` and
-    :meth:`close_session`.
+    :meth:`close_session` (and :meth:`recover_session` if cleaning up after a
+    cancelled call takes more than what their cancellation handler does).
 
     Class attributes:
         name: the name the agent uses (``"python"``, ``"sql"``); also the tag
@@ -79,31 +92,50 @@ class Tool(abc.ABC):
         tag_argument: the argument that the body of a tag call fills
             (``<python>CODE</python>`` → ``{"code": CODE}``); ``None`` when
             the tool can only be called with JSON.
+        concurrent_calls: ``True`` if several calls may run on one session at
+            the same time (stateless tools); ``False`` (default) serializes them.
+        grace_s: how long past a call's deadline the env's backstop waits for
+            the tool to return its own timeout result.
     """
 
     name: ClassVar[str]
     description: ClassVar[str]
     parameters: ClassVar[dict[str, Any]]
     tag_argument: ClassVar[str | None] = None
+    concurrent_calls: ClassVar[bool] = False
+    grace_s: ClassVar[float] = 2.0
 
     def __init__(self, *, timeout_s: float = 30.0):
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.timeout_s = float(timeout_s)
 
-    async def open_session(self, task: Any) -> Any:
+    async def open_session(self, task: Any, *, seed: int) -> Any:
         """Create per-episode state for ``task`` (a :class:`~vt_envs.core.task.Task`).
 
-        Called once at reset, before the first call. Default: no state.
+        Called once at reset, before the first call. ``seed`` is derived from
+        the episode's seed: tools with randomness inside (an interpreter's
+        ``random``) seed it from there, so a seeded episode replays exactly.
+        Default: no state.
         """
         return None
 
     async def close_session(self, session: Any) -> None:
         """Release what :meth:`open_session` created. Must be idempotent."""
 
+    async def recover_session(self, session: Any) -> None:
+        """Make ``session`` usable again after a call on it was cancelled by the backstop.
+
+        Runs before the session takes another call (bounded by
+        :attr:`grace_s`). Default: nothing, for tools whose cancellation
+        handling already resets the session.
+        """
+
     @abc.abstractmethod
-    async def call(self, session: Any, arguments: Mapping[str, Any]) -> ToolResult:
-        """Run one call with already-validated ``arguments``."""
+    async def call(
+        self, session: Any, arguments: Mapping[str, Any], *, timeout_s: float
+    ) -> ToolResult:
+        """Run one call with already-validated ``arguments``, within ``timeout_s`` seconds."""
 
     async def aclose(self) -> None:
         """Release resources shared by all sessions (worker pools...)."""

@@ -48,10 +48,18 @@ class LookupTool(Tool):
         super().__init__(timeout_s=timeout_s)
         self.delay_s = delay_s  # simulated latency, for scheduling tests and benchmarks
 
-    async def open_session(self, task: Any) -> Mapping[str, str]:
+    concurrent_calls = True  # the table is read-only
+
+    async def open_session(self, task: Any, *, seed: int = 0) -> Mapping[str, str]:
         return dict(task.assets["table"]) if task is not None else {}
 
-    async def call(self, session: Mapping[str, str], arguments: Mapping[str, Any]) -> ToolResult:
+    async def call(
+        self,
+        session: Mapping[str, str],
+        arguments: Mapping[str, Any],
+        *,
+        timeout_s: float | None = None,
+    ) -> ToolResult:
         if self.delay_s:
             import asyncio
 

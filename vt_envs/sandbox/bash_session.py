@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 
 from vt_envs.sandbox.process import Captured, SandboxProcess
-from vt_envs.sandbox.session import SandboxSession
+from vt_envs.sandbox.session import SandboxSession, SessionClosed
 
 __all__ = ["BashOutcome", "BashSession"]
 
@@ -33,7 +33,8 @@ class BashOutcome:
 
     Attributes:
         status: ``"ok"`` (the command finished; see ``exit_code``),
-            ``"timeout"``, or ``"exited"`` (the shell itself ended).
+            ``"timeout"``, ``"exited"`` (the shell itself ended), or
+            ``"closed"`` (the session was closed; nothing ran).
         output: stdout and stderr, merged and capped.
         exit_code: the command's exit status (``None`` unless ``"ok"``).
         restarted: a new shell replaced the old one; its state was lost.
@@ -58,19 +59,29 @@ def _wrap(command: str, nonce: str) -> str:
 
 
 class BashSession(SandboxSession):
-    """One episode's shell. ``await start()``, ``await run(...)``, ``await close()``."""
+    """One episode's shell. ``await start()``, ``await run(...)``, ``await close()``.
+
+    ``$RANDOM`` is seeded with the episode's seed at start.
+    """
 
     async def start(self) -> None:
         """Start the shell's sandbox. Raises ``SandboxUnavailableError``."""
         self._proc = await SandboxProcess.start(self.isolation, mode="bash", files=self.files)
         # Per-call `kill -9 -1` must not hit the shell's own prompt machinery; and
         # a quiet, predictable shell: no history, no job-control messages.
-        await self._proc.send_text("set +m +o history 2>/dev/null; PS1=''; PS2=''\n")
+        await self._proc.send_text(
+            f"set +m +o history 2>/dev/null; PS1=''; PS2=''; RANDOM={self.seed % 32768}\n"
+        )
 
     async def run(self, command: str, timeout_s: float) -> BashOutcome:
         """Run ``command``; never raises for anything the command does."""
-        if self._proc is None or not self._proc.alive:
-            await self._restart()
+        try:
+            return await self._serialized(lambda: self._run(command, timeout_s))
+        except SessionClosed:
+            return BashOutcome("closed", Captured(b"", 0))
+
+    async def _run(self, command: str, timeout_s: float) -> BashOutcome:
+        await self._ensure_started()
         nonce = secrets.token_hex(16)
         marker = f"\x1e{nonce}\x1e".encode()
         proc = self._proc

@@ -130,15 +130,16 @@ def _setup():
         _mount_tmpfs("/tmp", setup["mount_tmp"])
     uid, gid = setup["uid"], setup["gid"]
     _write_files(setup["workdir"], setup.get("files", {}), uid, gid)
-    if setup["drop_privileges"]:
+    if setup["drop_privileges"]:  # root on the host: become a fresh unprivileged uid
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
-        PR_SET_NO_NEW_PRIVS = 38
-        _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-        if setup.get("userns"):
-            _enter_user_namespace(uid, gid)
-            _clear_capabilities()
+    PR_SET_NO_NEW_PRIVS = 38
+    _check(_LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if setup.get("userns"):
+        _enter_user_namespace(uid, gid)
+    # Whatever we started with (bwrap's user namespace, the one made above): none left.
+    _clear_capabilities()
     if setup.get("seccomp"):
         _install_seccomp(bytes.fromhex(setup["seccomp"]))
     _apply_rlimits(setup.get("rlimits", {}))
@@ -270,6 +271,10 @@ def _run_python(setup):
         except EOFError:
             os._exit(0)
         reset_streams()
+        if "seed" in request:  # the episode's seed: `random` replays the same numbers
+            import random
+
+            random.seed(request["seed"])
         if request.get("files"):
             _write_files(setup["workdir"], request["files"], os.getuid(), os.getgid())
         try:

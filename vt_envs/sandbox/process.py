@@ -222,6 +222,7 @@ class SandboxProcess:
         self._ctrl_transport: asyncio.BaseTransport | None = None
         self.stdout: _Collector
         self.stderr: _Collector | None = None
+        self._signalled = False  # SIGKILL sent (kill_now); kill() still reaps
         self._killed = False
 
     @classmethod
@@ -242,42 +243,87 @@ class SandboxProcess:
         self = cls()
         policy = isolation.policy
         self.isolation = isolation
-        sandboxed = isolation.sandboxed
-        self.uid = _allocate_uid(policy.uid_base) if sandboxed else os.getuid()
-        if sandboxed:
+        # As root, every sandbox runs as a fresh host uid; otherwise as the caller's
+        # own uid, inside a user namespace that bubblewrap creates.
+        self.uid = _allocate_uid(policy.uid_base) if isolation.drops_uid else os.getuid()
+        if isolation.sandboxed:
             self.workdir = policy.workdir
         else:
             self._host_workdir = self.workdir = tempfile.mkdtemp(prefix="vt-unsafe-work-")
         cgroup_fds: list[int] = []
-        if isolation.cgroup_version:
-            try:
-                self._cgroup = Cgroup.create(
-                    isolation.cgroup_version,
-                    f"{os.getpid()}-{self.uid}-{next(_counter)}",
-                    (policy.memory_mb + policy.workdir_mb) << 20,
-                    policy.processes,
-                )
-                cgroup_fds = self._cgroup.open_attach_fds()
-            except OSError:
-                if self._cgroup:
-                    self._cgroup.destroy()
-                self._cgroup, cgroup_fds = None, []
-        ctrl_r, ctrl_w = os.pipe()
+        ctrl_r = -1
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *isolation.command(ctrl_w, self.workdir),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT if mode == "bash" else asyncio.subprocess.PIPE,
-                pass_fds=(ctrl_w, *cgroup_fds),
-                start_new_session=True,
-                env=None if isolation.backend == "bwrap" else isolation.env(self.workdir),
-                cwd="/",
+            cgroup_fds = self._make_cgroup()
+            ctrl_r, ctrl_w = os.pipe()
+            try:
+                self.proc = await asyncio.create_subprocess_exec(
+                    *isolation.command(ctrl_w, self.workdir),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT if mode == "bash" else asyncio.subprocess.PIPE,
+                    pass_fds=(ctrl_w, *cgroup_fds),
+                    start_new_session=True,
+                    env=None if isolation.backend == "bwrap" else isolation.env(self.workdir),
+                    cwd="/",
+                )
+            finally:
+                os.close(ctrl_w)
+                for fd in cgroup_fds:
+                    os.close(fd)
+        except BaseException:
+            if ctrl_r >= 0:
+                os.close(ctrl_r)
+            self._release_host_resources()
+            raise
+        try:
+            return await self._handshake(
+                mode, files, python_mode, max_repr_chars, ctrl_r, cgroup_fds, start_timeout_s
             )
-        finally:
-            os.close(ctrl_w)
-            for fd in cgroup_fds:
-                os.close(fd)
+        except BaseException:
+            # Cancelled (or failed) while starting: the sandbox must not outlive the call.
+            self.kill_now()
+            _reap_later(self)
+            raise
+
+    def _make_cgroup(self) -> list[int]:
+        """Create the episode's cgroup where the machine allows; the fds that join it."""
+        isolation, policy = self.isolation, self.isolation.policy
+        if not isolation.cgroup_version:
+            return []
+        try:
+            self._cgroup = Cgroup.create(
+                isolation.cgroup_version,
+                f"{os.getpid()}-{self.uid}-{next(_counter)}",
+                (policy.memory_mb + policy.workdir_mb) << 20,
+                policy.processes,
+            )
+            return self._cgroup.open_attach_fds()
+        except OSError:
+            if self._cgroup:
+                self._cgroup.destroy()
+            self._cgroup = None
+            return []
+
+    def _release_host_resources(self) -> None:
+        if self._cgroup:
+            self._cgroup.destroy()
+        if self._host_workdir:
+            shutil.rmtree(self._host_workdir, ignore_errors=True)
+        _USED_UIDS.discard(self.uid)
+
+    async def _handshake(
+        self,
+        mode: str,
+        files: dict[str, str | bytes] | None,
+        python_mode: str,
+        max_repr_chars: int,
+        ctrl_r: int,
+        cgroup_fds: list[int],
+        start_timeout_s: float,
+    ) -> SandboxProcess:
+        """Connect the pipes, send the setup frame and wait for the ready message."""
+        isolation = self.isolation
+        policy = isolation.policy
         loop = asyncio.get_running_loop()
         self._ctrl = asyncio.StreamReader(limit=1 << 26)
         self._ctrl_transport, _ = await loop.connect_read_pipe(
@@ -286,18 +332,19 @@ class SandboxProcess:
         cap = policy.max_output_bytes
         self.stdout = _Collector(self.proc.stdout, cap)
         self.stderr = _Collector(self.proc.stderr, cap) if mode != "bash" else None
+        inner_uid = self.uid if isolation.drops_uid else isolation.inner_uid
         setup = {
             "mode": mode,
-            "uid": self.uid,
-            "gid": self.uid,
+            "uid": inner_uid,
+            "gid": inner_uid,
             "workdir": self.workdir,
             "files": _encode_files(files or {}),
             "rlimits": policy.rlimits(),
             "seccomp": isolation.seccomp_program.hex() if isolation.seccomp_program else None,
             "cgroup_fds": cgroup_fds,
-            "drop_privileges": sandboxed,
-            "userns": sandboxed,
-            "own_pid_ns": sandboxed,
+            "drop_privileges": isolation.drops_uid,
+            "userns": isolation.drops_uid,
+            "own_pid_ns": isolation.sandboxed,
             "mount_tmp": policy.workdir_mb << 20 if isolation.backend == "unshare" else 0,
             "python_mode": python_mode,
             "max_repr_chars": max_repr_chars,
@@ -320,7 +367,23 @@ class SandboxProcess:
 
     @property
     def alive(self) -> bool:
-        return not self._killed and self.proc.returncode is None
+        return not (self._killed or self._signalled) and self.proc.returncode is None
+
+    def kill_now(self) -> None:
+        """SIGKILL the whole tree at once, without waiting (usable while being cancelled).
+
+        :meth:`kill` must still run later to reap the tree and remove its cgroup.
+        """
+        if self._killed or self._signalled or not hasattr(self, "proc"):
+            return
+        self._signalled = True
+        pids = self.host_pids()
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     async def _send(self, data: bytes) -> None:
         try:
@@ -400,6 +463,16 @@ class SandboxProcess:
         if self._host_workdir:
             shutil.rmtree(self._host_workdir, ignore_errors=True)
         _USED_UIDS.discard(self.uid)
+
+
+_REAPING: set[asyncio.Task] = set()
+
+
+def _reap_later(proc: SandboxProcess) -> None:
+    """Finish killing ``proc`` in the background (its starter was cancelled)."""
+    task = asyncio.ensure_future(proc.kill())
+    _REAPING.add(task)
+    task.add_done_callback(_REAPING.discard)
 
 
 def _encode_files(files: dict[str, str | bytes]) -> dict[str, list[str]]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from vt_envs.sandbox.isolation import Isolation
 from vt_envs.sandbox.process import Captured, SandboxProcess, WorkerLost, _encode_files
-from vt_envs.sandbox.session import SandboxSession
+from vt_envs.sandbox.session import SandboxSession, SessionClosed
 
 __all__ = ["PYTHON_MODES", "PythonOutcome", "PythonWorker", "WarmPool"]
 
@@ -36,7 +36,8 @@ class PythonOutcome:
     Attributes:
         status: ``"ok"``, ``"error"`` (the code raised; ``kind`` is
             ``"exception"`` or ``"syntax_error"``), ``"timeout"``,
-            ``"crashed"`` (the interpreter died) or ``"exit"`` (``sys.exit``).
+            ``"crashed"`` (the interpreter died), ``"exit"`` (``sys.exit``)
+            or ``"closed"`` (the session was closed; nothing ran).
         restarted: the sandbox was replaced and all state was lost.
     """
 
@@ -120,7 +121,12 @@ class WarmPool:
 
 
 class PythonWorker(SandboxSession):
-    """One episode's interpreter. ``await start()``, ``await run(...)``, ``await close()``."""
+    """One episode's interpreter. ``await start()``, ``await run(...)``, ``await close()``.
+
+    ``random`` inside is seeded with ``seed`` before the first call, and
+    ``PYTHONHASHSEED`` is fixed in every sandbox, so a seeded episode prints
+    the same sets, dicts of strings and random numbers in every run.
+    """
 
     def __init__(
         self,
@@ -130,38 +136,50 @@ class PythonWorker(SandboxSession):
         mode: str = "persistent",
         max_repr_chars: int = 10_000,
         pool: WarmPool | None = None,
+        seed: int = 0,
     ):
         if mode not in PYTHON_MODES:
             raise ValueError(f"mode must be one of {PYTHON_MODES}, got {mode!r}")
-        super().__init__(isolation, files=files)
+        super().__init__(isolation, files=files, seed=seed)
         self.mode = mode
         self.max_repr_chars = max_repr_chars
         self._pool = pool
         self._pending_files = False
+        self._pending_seed = True
 
     async def start(self) -> None:
         """Start (or take from the pool) the sandbox. Raises ``SandboxUnavailableError``."""
         proc = self._pool.take() if self._pool is not None else None
-        if proc is not None:
-            self._proc, self._pending_files = proc, bool(self.files)
-            return
-        self._proc = await SandboxProcess.start(
-            self.isolation,
-            mode="python",
-            files=self.files,
-            python_mode=self.mode,
-            max_repr_chars=self.max_repr_chars,
-        )
-        self._pending_files = False
+        if proc is None:
+            proc = await SandboxProcess.start(
+                self.isolation,
+                mode="python",
+                files=self.files,
+                python_mode=self.mode,
+                max_repr_chars=self.max_repr_chars,
+            )
+            self._pending_files = False
+        else:
+            self._pending_files = bool(self.files)
+        self._proc, self._pending_seed = proc, True
 
     async def run(self, code: str, timeout_s: float) -> PythonOutcome:
         """Run ``code``; never raises for anything the code does."""
-        if self._proc is None or not self._proc.alive:
-            await self._restart()
+        try:
+            return await self._serialized(lambda: self._run(code, timeout_s))
+        except SessionClosed:
+            empty = Captured(b"", 0)
+            return PythonOutcome("closed", empty, empty, message="the session is closed")
+
+    async def _run(self, code: str, timeout_s: float) -> PythonOutcome:
+        await self._ensure_started()
         request: dict = {"code": code}
         if self._pending_files:
             request["files"] = _encode_files(self.files)
             self._pending_files = False
+        if self._pending_seed:
+            request["seed"] = self.seed
+            self._pending_seed = False
         start = time.perf_counter()
         try:
             reply, out, err = await self._proc.execute(request, timeout_s)

@@ -61,8 +61,8 @@ class BashTool(Tool):
         self.isolation = resolve(policy, isolation)
         self.max_output_chars = max_output_chars
 
-    async def open_session(self, task: Any) -> BashSession:
-        session = BashSession(self.isolation, files=task_files(task))
+    async def open_session(self, task: Any, *, seed: int = 0) -> BashSession:
+        session = BashSession(self.isolation, files=task_files(task), seed=seed)
         await session.start()
         return session
 
@@ -70,18 +70,28 @@ class BashTool(Tool):
         if session is not None:
             await session.close()
 
-    async def call(self, session: BashSession, arguments: Mapping[str, Any]) -> ToolResult:
-        outcome = await session.run(str(arguments["command"]), self.timeout_s)
-        return self.format(outcome)
+    async def call(
+        self, session: BashSession, arguments: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> ToolResult:
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        return self.format(await session.run(str(arguments["command"]), limit), limit)
 
-    def format(self, outcome: BashOutcome) -> ToolResult:
+    def describe(self) -> dict[str, object]:
+        """Which sandbox layers are in force for this tool (see :meth:`Isolation.describe`)."""
+        return self.isolation.describe()
+
+    def format(self, outcome: BashOutcome, timeout_s: float | None = None) -> ToolResult:
         """Turn an outcome into the text the agent reads, plus error kind and metrics."""
         text = decode(outcome.output).rstrip("\n")
         lost = "a new shell was started in the work dir; the cwd and variables were reset"
         error = None
         if outcome.status == "timeout":
             error = "timeout"
-            status_line = f"Timed out after {self.timeout_s:g} s; {lost}."
+            limit = self.timeout_s if timeout_s is None else timeout_s
+            status_line = f"Timed out after {limit:.3g} s; {lost}."
+        elif outcome.status == "closed":
+            error = "closed"
+            status_line = "The shell is closed (the episode ended); nothing ran."
         elif outcome.status == "exited":
             error = "exited"
             status_line = f"The shell exited; {lost}."

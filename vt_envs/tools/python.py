@@ -82,13 +82,14 @@ class PythonTool(Tool):
         self.mode, self.traceback, self.max_output_chars = mode, traceback, max_output_chars
         self._pool = WarmPool(self.isolation, size=prestart, python_mode=mode) if prestart else None
 
-    async def open_session(self, task: Any) -> PythonWorker:
+    async def open_session(self, task: Any, *, seed: int = 0) -> PythonWorker:
         worker = PythonWorker(
             self.isolation,
             files=task_files(task),
             mode=self.mode,
             max_repr_chars=self.max_output_chars,
             pool=self._pool,
+            seed=seed,
         )
         await worker.start()
         return worker
@@ -97,11 +98,17 @@ class PythonTool(Tool):
         if session is not None:
             await session.close()
 
-    async def call(self, session: PythonWorker, arguments: Mapping[str, Any]) -> ToolResult:
-        outcome = await session.run(str(arguments["code"]), self.timeout_s)
-        return self.format(outcome)
+    async def call(
+        self, session: PythonWorker, arguments: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> ToolResult:
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        return self.format(await session.run(str(arguments["code"]), limit), limit)
 
-    def format(self, outcome: PythonOutcome) -> ToolResult:
+    def describe(self) -> dict[str, object]:
+        """Which sandbox layers are in force for this tool (see :meth:`Isolation.describe`)."""
+        return self.isolation.describe()
+
+    def format(self, outcome: PythonOutcome, timeout_s: float | None = None) -> ToolResult:
         """Turn an outcome into the text the agent reads, plus error kind and metrics."""
         parts = [decode(outcome.stdout), decode(outcome.stderr)]
         parts = [p.rstrip("\n") for p in parts if p]
@@ -126,7 +133,11 @@ class PythonTool(Tool):
                 parts.append(f"Error: {outcome.exc_type}: {outcome.message}".rstrip(": "))
         elif outcome.status == "timeout":
             error = "timeout"
-            parts.append(f"Timed out after {self.timeout_s:g} s; {lost}.")
+            limit = self.timeout_s if timeout_s is None else timeout_s
+            parts.append(f"Timed out after {limit:.3g} s; {lost}.")
+        elif outcome.status == "closed":
+            error = "closed"
+            parts.append("The interpreter is closed (the episode ended); nothing ran.")
         elif outcome.status == "exit":
             error = "exit"
             parts.append(f"The code called exit (code {outcome.message}); {lost}.")

@@ -130,7 +130,6 @@ def test_connection_itself_refuses_hostile_statements(db_paths, tmp_path):
 @pytest.mark.asyncio
 async def test_exploding_cross_join_times_out_and_the_session_still_works(db_paths):
     tool = SQLTool(timeout_s=0.3)
-    assert tool.timeout_s > tool.query_timeout_s  # the interrupt wins the env's backstop
     explode, after = await _run(
         tool,
         db_paths["flights"],

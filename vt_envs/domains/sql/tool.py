@@ -25,9 +25,6 @@ from vt_envs.errors import InvalidConfigError
 
 __all__ = ["SQLTool", "render_table"]
 
-# The env's own asyncio timeout is a backstop; the interrupt must win the race
-# so the worker thread is free again when the call returns.
-_GRACE_S = 2.0
 # Rows past the shown ones are counted (not kept) up to this many, for the note.
 _COUNT_LIMIT = 10_000
 
@@ -105,11 +102,10 @@ class SQLTool(Tool):
                 "SQLTool needs max_rows >= 1, max_chars >= 100 and max_cell_chars >= 4; got "
                 f"max_rows={max_rows}, max_chars={max_chars}, max_cell_chars={max_cell_chars}"
             )
-        super().__init__(timeout_s=timeout_s + _GRACE_S)
-        self.query_timeout_s = float(timeout_s)
+        super().__init__(timeout_s=timeout_s)
         self.max_rows, self.max_chars, self.max_cell_chars = max_rows, max_chars, max_cell_chars
 
-    async def open_session(self, task: Any) -> dict[str, Any]:
+    async def open_session(self, task: Any, *, seed: int = 0) -> dict[str, Any]:
         path = task.assets.get("db_path") if task is not None else None
         if not path:
             raise InvalidConfigError(
@@ -126,7 +122,10 @@ class SQLTool(Tool):
         if con is not None:
             con.close()
 
-    async def call(self, session: Any, arguments: Mapping[str, Any]) -> ToolResult:
+    async def call(
+        self, session: Any, arguments: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> ToolResult:
+        limit = self.timeout_s if timeout_s is None else timeout_s
         con: duckdb.DuckDBPyConnection = session["con"]
         # One query at a time per connection: wait for the previous one (an
         # interrupted query may still be unwinding in its thread).
@@ -136,25 +135,30 @@ class SQLTool(Tool):
                 execute_query,
                 con,
                 arguments["query"],
-                timeout_s=self.query_timeout_s,
+                timeout_s=limit,
                 max_rows=self.max_rows,
                 count_limit=_COUNT_LIMIT,
             )
         )
         session["running"] = running
         try:
-            # Shielded: cancelling the call (the env's timeout) must not orphan the
-            # thread; we interrupt the query and the next call waits for it to stop.
+            # Shielded: cancelling the call must not orphan the thread; the query is
+            # interrupted, and recover_session / the next call wait for it to stop.
             outcome = await asyncio.shield(running)
         except asyncio.CancelledError:
             con.interrupt()
             raise
-        return self._result(outcome)
+        return self._result(outcome, limit)
 
-    def _result(self, outcome: QueryOutcome) -> ToolResult:
+    async def recover_session(self, session: Any) -> None:
+        """After a cancelled call: interrupt its query and wait for its thread."""
+        if session:
+            await _settle(session, interrupt=True)
+
+    def _result(self, outcome: QueryOutcome, limit: float) -> ToolResult:
         if not outcome.ok:
             if outcome.error == "timeout":
-                text = f"Error: the query was stopped after {self.query_timeout_s:g} s (timeout)."
+                text = f"Error: the query was stopped after {limit:.3g} s (timeout)."
             else:
                 text = f"Error ({outcome.error}): {outcome.message}"
             return ToolResult.failure(text, outcome.error or "error", exec_s=outcome.exec_s)
