@@ -52,14 +52,15 @@ class EnvRegistration:
 
     Attributes:
         id: the Gymnasium id (``"VT-SQL-v0"``).
-        builder: ``"module:function"`` that returns a :class:`ToolEnv`.
+        builder: ``"module:function"`` (or the function itself) that returns a
+            :class:`ToolEnv`.
         oracle: ``"module:Class"`` of its :class:`~vt_envs.core.policy.OraclePolicy`.
         description: one line for tables and ``--help``.
         kwargs: defaults passed to the builder (overridden by ``gym.make`` kwargs).
     """
 
     id: str
-    builder: str
+    builder: str | Callable[..., ToolEnv]
     oracle: str | None
     description: str
     kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -93,7 +94,7 @@ def env_builder(fn: Callable[..., ToolEnv]) -> Callable[..., ToolEnv]:
 def register_env(
     id: str,
     *,
-    builder: str,
+    builder: str | Callable[..., ToolEnv],
     oracle: str | None,
     description: str,
     kwargs: Mapping[str, Any] | None = None,
@@ -131,7 +132,9 @@ def _lookup(env_id: str) -> EnvRegistration:
     return _REGISTRY[env_id]
 
 
-def _load(path: str) -> Any:
+def _load(path: str | Callable[..., Any]) -> Any:
+    if callable(path):
+        return path
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr)
 

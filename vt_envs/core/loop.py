@@ -36,6 +36,8 @@ T = TypeVar("T")
 #: sandbox, interrupt a query) before re-raising the interruption anyway.
 CANCEL_UNWIND_S = 15.0
 
+_POLL_S = 0.2
+
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
@@ -106,6 +108,10 @@ def run_sync(coro: Coroutine[Any, Any, T], *, method: str, async_method: str) ->
 
     loop.call_soon_threadsafe(start)
     try:
+        # Short waits rather than one long one: a signal (Ctrl-C) is acted on
+        # only when the main thread runs bytecode, not while it blocks on a lock.
+        while not wait([outcome], timeout=_POLL_S).done:
+            pass
         return outcome.result()
     except BaseException:
         if not outcome.done():

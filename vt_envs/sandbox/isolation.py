@@ -47,8 +47,11 @@ __all__ = ["INSIDE_SOURCE", "Isolation", "describe", "find_bwrap", "resolve_isol
 INSIDE_SOURCE = (Path(__file__).with_name("inside.py")).read_bytes()
 # The command line carries only this loader; inside.py itself comes first on stdin
 # (read unbuffered, so the setup frame that follows stays in the pipe).
+# Not `python -I`: isolated mode ignores PYTHONHASHSEED. The environment is ours
+# alone (cleared, then set from Isolation.env), and the cwd entry of sys.path is
+# dropped, so files the code writes cannot shadow the modules the worker imports.
 _BOOTSTRAP = (
-    "import os,sys\nn=int(sys.argv[2]);b=b''\n"
+    "import os,sys\nsys.path[:]=[p for p in sys.path if p];n=int(sys.argv[2]);b=b''\n"
     "while len(b)<n:b+=os.read(0,n-len(b))\n"
     "exec(compile(b,'vt_sandbox_inside','exec'))"
 )
@@ -185,7 +188,7 @@ class Isolation:
         """The argv that starts ``inside.py`` under this backend."""
         inner = [
             self.policy.python,
-            "-I",
+            "-s",
             "-B",
             "-c",
             _BOOTSTRAP,

@@ -446,7 +446,10 @@ class SandboxProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         if self._cgroup:
-            await asyncio.to_thread(self._cgroup.destroy)
+            try:
+                await asyncio.to_thread(self._cgroup.destroy)
+            except RuntimeError:  # interpreter shutdown: no executor left
+                self._cgroup.destroy()
         if hasattr(self, "proc"):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.proc.wait(), wait_s)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -70,9 +71,12 @@ class SandboxSession(abc.ABC):
                 return await call()
             except BaseException:
                 # Mid-request the process may still answer: it must never answer
-                # the next call. Kill it now; the next call starts a fresh one.
+                # the next call. Kill it now (and reap it, even if cancelled again);
+                # the next call starts a fresh one.
                 if self._proc is not None:
                     self._proc.kill_now()
+                    with contextlib.suppress(BaseException):
+                        await asyncio.shield(self._proc.kill())
                 raise
 
     async def _ensure_started(self) -> None:
@@ -82,10 +86,11 @@ class SandboxSession(abc.ABC):
     async def _restart(self) -> None:
         if self._proc is not None:
             await self._proc.kill()
-            self.restarts += 1
-        self._proc = None
         if self._closed:
             raise SessionClosed
+        if self._proc is not None:
+            self.restarts += 1
+        self._proc = None
         await self.start()
         if self._closed:  # closed while it started
             await self._proc.kill()
