@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -15,8 +17,17 @@ ORACLE_EPISODES = 5
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_check_env(env_id):
-    env = gym.make(env_id)
-    check_env(env.unwrapped, skip_render_check=False)
+    # Made through gym.make, so it has a spec and check_env runs its determinism
+    # checks and re-makes the env in every render mode.
+    env = gym.make(env_id, render_mode="ansi")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env, skip_render_check=False)
+    unexpected = [
+        str(w.message) for w in caught if "different from the unwrapped" not in str(w.message)
+    ]
+    assert unexpected == []
+    assert env.spec is not None and env.spec.id == env_id
     env.close()
 
 

@@ -60,6 +60,27 @@ def test_vt_make_returns_the_raw_env_with_spec():
     assert env.max_turns == 2
 
 
+def _first_prompt(env) -> str:
+    return env.reset(seed=3)[0]["text"]
+
+
+@pytest.mark.parametrize("maker", ["gym.make", "vt_envs.make", "make_vec"])
+def test_the_spec_rebuilds_the_same_env(maker):
+    kwargs = {"max_turns": 3, "num_keys": 4, "observation_format": "inline"}
+    if maker == "gym.make":
+        env = gym.make("VT-Lookup-v0", **kwargs)
+    elif maker == "vt_envs.make":
+        env = vt_envs.make("VT-Lookup-v0", **kwargs)
+    else:
+        env = vt_envs.make_vec("VT-Lookup-v0", num_envs=2, **kwargs).envs[1]
+    assert {k: env.spec.kwargs[k] for k in kwargs} == kwargs
+    for rebuilt in (gym.make(env.spec), vt_envs.make(env.spec)):
+        raw = rebuilt.unwrapped
+        assert (raw.max_turns, raw.observation_format) == (3, "inline")
+        assert len(raw.tasks[0].assets["table"]) == 4
+        assert _first_prompt(rebuilt) == _first_prompt(env)
+
+
 def test_oracle_for_unknown_and_known():
     assert isinstance(vt_envs.oracle_for("VT-Lookup-v0"), vt_envs.OraclePolicy)
     with pytest.raises(UnknownNameError, match="Unknown env id"):

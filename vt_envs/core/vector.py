@@ -322,6 +322,14 @@ class ToolVectorEnv(VectorEnv):
         keys = next(obs for obs in observations if obs is not None).keys()
         return {key: tuple(obs[key] for obs in observations) for key in keys}
 
+    def _add_info(
+        self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int
+    ) -> dict[str, Any]:
+        # A None (``parse`` on reset) is "no value here": the key's mask stays False,
+        # so sub-envs that reset and sub-envs that stepped batch into one infos dict.
+        present = {k: v for k, v in env_info.items() if v is not None}
+        return super()._add_info(vector_infos, present, env_num)
+
     def _collate(self, results: Sequence[StepResult]) -> tuple[Any, ...]:
         observations = self._batch([r[0] for r in results])
         rewards = np.array([r[1] for r in results], dtype=np.float64)

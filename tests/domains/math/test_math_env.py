@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import vt_envs
 from vt_envs.errors import SandboxUnavailableError, UnknownKwargError
@@ -35,12 +34,6 @@ def env():
 def _start(env, seed=0):
     obs, info = env.reset(seed=seed)
     return env.task, obs, info
-
-
-def test_check_env():
-    env = make_math_env()
-    check_env(env, skip_render_check=False)
-    env.close()
 
 
 @pytest.mark.parametrize("split", ["train", "test"])

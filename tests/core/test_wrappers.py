@@ -1,0 +1,119 @@
+"""What gym.make returns has the async API, through Gymnasium's wrappers (not around them)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from conftest import EchoTool, make_tasks
+from gymnasium.error import ResetNeeded
+
+import vt_envs
+from vt_envs import ExactMatch, ToolEnv
+from vt_envs.core.wrappers import AsyncTwin, register_async_twin
+from vt_envs.errors import AsyncWrapperError
+
+
+@pytest.mark.asyncio
+async def test_gym_make_env_awaits_through_its_wrappers():
+    env = gym.make("VT-Lookup-v0")
+    assert isinstance(env, gym.Wrapper) and env.stop_strings == env.unwrapped.stop_strings
+    with pytest.raises(ResetNeeded):  # OrderEnforcing holds for the async API too
+        await env.astep("<answer>1</answer>")
+    obs, info = await env.areset(seed=0)
+    checker = env.env  # OrderEnforcing -> PassiveEnvChecker
+    assert isinstance(checker, gym.wrappers.PassiveEnvChecker) and checker.checked_reset
+    key = env.unwrapped.task.metadata["key"]
+    obs, reward, terminated, truncated, info = await env.astep(f"<lookup>{key}</lookup>")
+    assert checker.checked_step  # the passive checker ran on the awaited step
+    value = info["message"]["content"]
+    _, reward, terminated, _, _ = await env.astep(f"<answer>{value}</answer>")
+    assert reward == 1.0 and terminated
+    await env.aclose()
+
+
+@pytest.mark.asyncio
+async def test_the_passive_checker_catches_a_bad_awaited_step():
+    class BadReward(ToolEnv):
+        async def astep(self, action):
+            obs, _, terminated, truncated, info = await super().astep(action)
+            return obs, 0.0, terminated, truncated, "not a dict"
+
+    env = gym.wrappers.PassiveEnvChecker(
+        BadReward(tools=[EchoTool()], tasks=make_tasks(), verifier=ExactMatch(), instructions="")
+    )
+    await env.areset(seed=0)
+    with pytest.raises(AssertionError, match="must be a python dictionary"):
+        await env.astep("<echo>x</echo>")
+
+
+def _time_limited(n: int, tool: EchoTool) -> gym.Env:
+    env = gym.wrappers.TimeLimit(
+        ToolEnv(tools=[tool], tasks=make_tasks(), verifier=ExactMatch(), instructions=""), n
+    )
+    return env
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_max_episode_steps_ends_the_episode_like_the_env_budgets(run):
+    import asyncio
+
+    tool = EchoTool()
+    env = _time_limited(2, tool)
+    assert env.unwrapped._turn_limit() == 2
+
+    async def play():
+        await env.areset(seed=0)
+        await env.astep("<echo>a</echo>")
+        return await env.astep("<echo>b</echo>")
+
+    if run == "sync":
+        env.reset(seed=0)
+        env.step("<echo>a</echo>")
+        result = env.step("<echo>b</echo>")
+    else:
+        result = asyncio.run(play())
+    _, reward, terminated, truncated, info = result
+    assert truncated and not terminated and info["truncation"] == "max_episode_steps"
+    assert info["reward_parts"] == {"outcome": 0.0}
+    assert tool.closed == tool.opened  # the sessions were closed on that step
+
+
+def test_gym_make_max_episode_steps_reaches_the_env():
+    env = gym.make("VT-Lookup-v0", max_episode_steps=1)
+    env.reset(seed=0)
+    _, _, terminated, truncated, info = env.step("thinking")
+    assert truncated and info["truncation"] == "max_episode_steps" and "reward_parts" in info
+    assert env.spec.max_episode_steps == 1
+
+
+@pytest.mark.asyncio
+async def test_a_wrapper_without_an_async_twin_is_named():
+    class Doubler(gym.Wrapper):
+        def step(self, action):
+            obs, reward, *rest = self.env.step(action)
+            return obs, 2 * reward, *rest
+
+    env = Doubler(vt_envs.make("VT-Lookup-v0"))
+    await env.areset(seed=0)  # reset is not overridden: forwarded
+    with pytest.raises(AsyncWrapperError, match=r"Doubler .* overrides step"):
+        await env.astep("<answer>1</answer>")
+
+    async def astep(wrapper, action):
+        obs, reward, *rest = await wrapper.env.astep(action)
+        return obs, 2 * reward, *rest
+
+    register_async_twin(Doubler, AsyncTwin(astep=astep))
+    key = env.unwrapped.task.metadata["key"]
+    _, _, _, _, info = await env.astep(f"<lookup>{key}</lookup>")
+    _, reward, *_ = await env.astep(f"<answer>{info['message']['content']}</answer>")
+    assert reward == 2.0
+    await env.aclose()
+
+
+@pytest.mark.asyncio
+async def test_record_episode_statistics_counts_awaited_steps():
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make("VT-Lookup-v0"))
+    await env.areset(seed=0)
+    _, _, _, _, info = await env.astep("<answer>nope</answer>")
+    assert info["episode"]["l"] == 1 and env.episode_count == 1
+    await env.aclose()
