@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -79,3 +80,16 @@ async def test_unshare_backend_when_available():
         assert result.error == "exception"
     finally:
         await tool.close_session(session)
+
+
+def test_describe_names_the_active_and_the_inactive_layers():
+    from vt_envs.sandbox import describe
+
+    described = describe(SandboxPolicy(cgroups=False))
+    assert described["backend"] == "bwrap" and described["sandboxed"] is True
+    assert described["as_root"] == (os.geteuid() == 0)
+    assert any(layer.startswith("seccomp") for layer in described["layers"])
+    assert described["inactive"]["cgroup memory+pids limits"] == "turned off by the policy"
+    with pytest.warns(UnsafeSandboxWarning):
+        unsafe = describe(SandboxPolicy(isolation=UNSAFE_ISOLATION))
+    assert unsafe["sandboxed"] is False and "every isolation layer" in unsafe["inactive"]

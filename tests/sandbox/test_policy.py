@@ -35,7 +35,7 @@ def test_rlimits_in_bytes():
 
 @pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
 def test_seccomp_program_is_well_formed(machine):
-    program = seccomp.socket_filter(machine)
+    program = seccomp.sandbox_filter(machine)
     assert len(program) % 8 == 0
     insns = [struct.unpack("<HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
     for index, (code, jt, jf, _) in enumerate(insns):
@@ -47,4 +47,4 @@ def test_seccomp_program_is_well_formed(machine):
 def test_seccomp_unknown_arch():
     assert not seccomp.supported("sparc")
     with pytest.raises(ValueError, match="sparc"):
-        seccomp.socket_filter("sparc")
+        seccomp.sandbox_filter("sparc")

@@ -9,7 +9,7 @@
 """
 
 from vt_envs.sandbox.bash_session import BashOutcome, BashSession
-from vt_envs.sandbox.isolation import Isolation, find_bwrap, resolve_isolation
+from vt_envs.sandbox.isolation import Isolation, describe, find_bwrap, resolve_isolation
 from vt_envs.sandbox.policy import (
     ISOLATION_MODES,
     UNSAFE_ISOLATION,
@@ -32,6 +32,7 @@ __all__ = [
     "SandboxProcess",
     "UnsafeSandboxWarning",
     "WarmPool",
+    "describe",
     "find_bwrap",
     "resolve_isolation",
 ]

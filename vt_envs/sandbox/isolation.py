@@ -227,6 +227,9 @@ class Isolation:
                 "/dev",
                 "--proc",
                 "/proc",
+                # Without root, bwrap's own init (pid 1) runs as the caller's uid too:
+                # hide its /proc entry (memory, fds, environ) from the code inside.
+                *(() if self.as_root else ("--tmpfs", "/proc/1", "--remount-ro", "/proc/1")),
                 "--size",
                 str(self.policy.workdir_mb << 20),
                 "--tmpfs",
@@ -361,8 +364,8 @@ def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
         ]
     program = None
     if policy.seccomp and seccomp.supported():
-        program = seccomp.socket_filter()
-        layers.append("seccomp (deny non-AF_UNIX sockets, io_uring)")
+        program = seccomp.sandbox_filter()
+        layers.append("seccomp (deny non-AF_UNIX sockets, io_uring, ptrace)")
     elif policy.seccomp:
         inactive.append(("seccomp", f"no syscall table for {os.uname().machine}"))
     else:

@@ -263,7 +263,9 @@ class SandboxProcess:
                     stderr=asyncio.subprocess.STDOUT if mode == "bash" else asyncio.subprocess.PIPE,
                     pass_fds=(ctrl_w, *cgroup_fds),
                     start_new_session=True,
-                    env=None if isolation.backend == "bwrap" else isolation.env(self.workdir),
+                    # bwrap too gets only our variables: its own /proc/<pid>/environ
+                    # must not show the host's environment to the code inside.
+                    env=isolation.env(self.workdir),
                     cwd="/",
                 )
             finally:

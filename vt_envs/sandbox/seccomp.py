@@ -1,11 +1,14 @@
-"""A tiny seccomp-BPF program that denies network sockets.
+"""A small seccomp-BPF program: no network sockets, no io_uring, no ptrace.
 
 The network namespace already leaves the sandbox with only a loopback that
 no host service listens on; this filter is a second, independent layer: any
 ``socket()`` whose family is not ``AF_UNIX`` fails with ``EACCES``, as does
 ``io_uring_setup`` (io_uring can open sockets without the ``socket`` call).
-Syscalls from a foreign ABI (i386 ``int 0x80``, x32) are refused outright, so
-``socketcall`` cannot bypass the check.
+``ptrace``, ``process_vm_readv`` and ``process_vm_writev`` fail with
+``EPERM``: sandboxed code cannot stop, read or rewrite another process (the
+sandbox's own init among them). Syscalls from a foreign ABI (i386
+``int 0x80``, x32) are refused outright, so ``socketcall`` cannot bypass the
+checks.
 
 The program is built here, on the host, as raw ``struct sock_filter`` bytes;
 the code inside the sandbox only hands them to ``prctl(PR_SET_SECCOMP)``.
@@ -17,13 +20,33 @@ import errno
 import os
 import struct
 
-__all__ = ["socket_filter", "supported"]
+__all__ = ["sandbox_filter", "socket_filter", "supported"]
 
-# (AUDIT_ARCH_*, __NR_socket, __NR_io_uring_setup) per machine.
-_ARCH = {
-    "x86_64": (0xC000003E, 41, 425),
-    "aarch64": (0xC00000B7, 198, 425),
+# AUDIT_ARCH_* and the syscall numbers the filter names, per machine.
+_ARCH: dict[str, tuple[int, dict[str, int]]] = {
+    "x86_64": (
+        0xC000003E,
+        {
+            "socket": 41,
+            "io_uring_setup": 425,
+            "ptrace": 101,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "socket": 198,
+            "io_uring_setup": 425,
+            "ptrace": 117,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+        },
+    ),
 }
+_DENIED_EACCES = ("io_uring_setup",)
+_DENIED_EPERM = ("ptrace", "process_vm_readv", "process_vm_writev")
 
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
@@ -32,6 +55,7 @@ _RET_K = 0x06  # BPF_RET | BPF_K
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
 _AF_UNIX = 1
+_NEXT = "next"
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -43,7 +67,36 @@ def supported(machine: str | None = None) -> bool:
     return (machine or os.uname().machine) in _ARCH
 
 
-def socket_filter(machine: str | None = None) -> bytes:
+def _assemble(ops: list[tuple]) -> bytes:
+    """Assemble ``("label", name)``, ``("ld", offset)``, ``("ret", value)`` and
+    ``(jump, k, if_true, if_false)`` ops, jumps naming labels (or ``"next"``)."""
+    labels: dict[str, int] = {}
+    code = []
+    for op in ops:
+        if op[0] == "label":
+            labels[op[1]] = len(code)
+        else:
+            code.append(op)
+
+    def offset(here: int, target: str) -> int:
+        distance = 0 if target == _NEXT else labels[target] - here - 1
+        if not 0 <= distance < 256:
+            raise ValueError(f"seccomp jump to {target!r} out of range")
+        return distance
+
+    out = []
+    for here, op in enumerate(code):
+        if op[0] == "ld":
+            out.append(_insn(_LD_W_ABS, 0, 0, op[1]))
+        elif op[0] == "ret":
+            out.append(_insn(_RET_K, 0, 0, op[1]))
+        else:
+            kind, k, if_true, if_false = op
+            out.append(_insn(kind, offset(here, if_true), offset(here, if_false), k))
+    return b"".join(out)
+
+
+def sandbox_filter(machine: str | None = None) -> bytes:
     """Return the filter program for ``machine`` (default: this one).
 
     Raises ``ValueError`` for an architecture without syscall numbers here.
@@ -51,21 +104,28 @@ def socket_filter(machine: str | None = None) -> bytes:
     machine = machine or os.uname().machine
     if machine not in _ARCH:
         raise ValueError(f"no seccomp syscall table for {machine!r}; known: {sorted(_ARCH)}")
-    audit_arch, nr_socket, nr_io_uring = _ARCH[machine]
-    deny = _ERRNO | errno.EACCES
+    audit_arch, nr = _ARCH[machine]
     x32_bit = 0x40000000 if machine == "x86_64" else 0xFFFFFFFF
-    program = [
-        _insn(_LD_W_ABS, 0, 0, 4),  # 0: A = arch
-        _insn(_JEQ_K, 1, 0, audit_arch),  # 1: native ABI -> 3
-        _insn(_RET_K, 0, 0, _ERRNO | errno.ENOSYS),  # 2: foreign ABI: refuse
-        _insn(_LD_W_ABS, 0, 0, 0),  # 3: A = syscall nr
-        _insn(_JGE_K, 5, 0, x32_bit),  # 4: x32 ABI -> deny (9)
-        _insn(_JEQ_K, 4, 0, nr_io_uring),  # 5: io_uring_setup -> deny (10)
-        _insn(_JEQ_K, 0, 4, nr_socket),  # 6: socket -> 7, else allow (11)
-        _insn(_LD_W_ABS, 0, 0, 16),  # 7: A = low 32 bits of args[0] (family)
-        _insn(_JEQ_K, 2, 0, _AF_UNIX),  # 8: AF_UNIX -> allow (11)
-        _insn(_RET_K, 0, 0, deny),  # 9
-        _insn(_RET_K, 0, 0, deny),  # 10
-        _insn(_RET_K, 0, 0, _ALLOW),  # 11
+    ops: list[tuple] = [
+        ("ld", 4),  # A = arch
+        (_JEQ_K, audit_arch, _NEXT, "foreign"),
+        ("ld", 0),  # A = syscall number
+        (_JGE_K, x32_bit, "eacces", _NEXT),
+        *((_JEQ_K, nr[name], "eacces", _NEXT) for name in _DENIED_EACCES),
+        *((_JEQ_K, nr[name], "eperm", _NEXT) for name in _DENIED_EPERM),
+        (_JEQ_K, nr["socket"], _NEXT, "allow"),
+        ("ld", 16),  # A = low 32 bits of args[0] (the address family)
+        (_JEQ_K, _AF_UNIX, "allow", "eacces"),
+        ("label", "foreign"),
+        ("ret", _ERRNO | errno.ENOSYS),
+        ("label", "eacces"),
+        ("ret", _ERRNO | errno.EACCES),
+        ("label", "eperm"),
+        ("ret", _ERRNO | errno.EPERM),
+        ("label", "allow"),
+        ("ret", _ALLOW),
     ]
-    return b"".join(program)
+    return _assemble(ops)
+
+
+socket_filter = sandbox_filter  # the name it had when it filtered sockets only
