@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -175,4 +176,20 @@ def test_sub_env_wrappers_are_kept():
     venv.step(["thinking", "thinking"])
     assert all(e.env.checked_step for e in venv.envs)  # went through the passive checker
     assert venv.get_attr("max_turns") == (4, 4)
+    venv.close()
+
+
+def test_reset_cancels_a_step_left_pending():
+    venv = ToolVectorEnv([make_lookup_env(tool_delay_s=5.0) for _ in range(2)])
+    venv.reset(seed=0)
+    venv.step_async(["<lookup>1</lookup>", "<lookup>2</lookup>"])
+    with pytest.raises(TimeoutError):
+        venv.step_wait(timeout=0.05)
+    pending = venv._pending
+    start = time.monotonic()
+    _, infos = venv.reset(seed=1)
+    assert pending.cancelled() and time.monotonic() - start < 2.0
+    assert list(infos["turn"]) == [0, 0]
+    with pytest.raises(RuntimeError, match="without step_async"):
+        venv.step_wait()
     venv.close()
