@@ -66,13 +66,26 @@ async def test_unsafe_mode_runs_and_still_scrubs_env(monkeypatch):
         await tool.close_session(session)
 
 
+def test_auto_never_falls_back_to_the_weaker_backend(monkeypatch):
+    monkeypatch.setattr(iso, "find_bwrap", lambda: None)
+    with pytest.raises(SandboxUnavailableError) as err:
+        iso.resolve_isolation(SandboxPolicy(memory_mb=513))
+    message = str(err.value)
+    assert "Tried: bwrap: no bubblewrap binary" in message and "unshare:" not in message
+    assert "isolation='unshare' is a weaker fallback" in message
+
+
 @pytest.mark.asyncio
 async def test_unshare_backend_when_available():
     try:
-        resolved = iso.resolve_isolation(SandboxPolicy(isolation="unshare", memory_mb=512))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            resolved = iso.resolve_isolation(SandboxPolicy(isolation="unshare", memory_mb=512))
     except SandboxUnavailableError as exc:  # e.g. the interpreter lives under /root
         assert "unshare" in str(exc)
         return
+    assert any(issubclass(w.category, iso.WeakerSandboxWarning) for w in caught)
+    assert set(resolved.describe()["inactive"]) >= {layer for layer, _ in iso.UNSHARE_GAPS}
     tool = PythonTool(policy=resolved.policy, timeout_s=5)
     session = await tool.open_session(None)
     try:

@@ -1,14 +1,15 @@
 """The persistent, sandboxed bash shell of one episode (host side).
 
-One ``bash`` process per episode: ``cd`` and exported variables persist
+One ``bash`` process per episode: ``cd``, variables and functions persist
 across calls. Each call's text is handed to the shell inside a quoted heredoc
 with a random delimiter and run with ``eval`` (so multi-line scripts, loops
 and heredocs work and a syntax error stays inside the call), with stdin from
 ``/dev/null`` (a command cannot read the protocol stream). After each call
-the shell kills every other process in the sandbox (``kill -9 -1``: the
-sandbox has its own pid namespace, so "every process" is only the sandbox's),
-so background jobs never outlive their call. stdout and stderr are merged, as
-in a terminal.
+the shell undoes what could subvert its bookkeeping — functions or aliases
+named like the builtins it uses, disabled builtins, traps, ``set -e`` — and
+kills every other process in the sandbox (``kill -9 -1``: the sandbox has its
+own pid namespace, so "every process" is only the sandbox's), so background
+jobs never outlive their call. stdout and stderr are merged, as in a terminal.
 
 If a call times out, or the shell exits or is replaced by ``exec``, the
 sandbox is killed and a new shell started; ``restarted=True`` tells the
@@ -47,14 +48,33 @@ class BashOutcome:
     elapsed_s: float = 0.0
 
 
+# Runs after every command, before the shell's own bookkeeping. The agent may have
+# defined functions or aliases named like the builtins it uses, disabled them,
+# set traps or `set -e`. POSIXLY_CORRECT=1 is an assignment (nothing can intercept
+# it) that turns on POSIX mode, where special builtins (unset, set, trap) are
+# found before functions; they then remove what could stand in for the rest.
+_SHADOWABLE = "builtin command eval printf kill wait read enable unalias trap set shopt exec"
+_RESET = (
+    "{ POSIXLY_CORRECT=1; } 2>/dev/null\n"
+    "\\set +e +u\n"
+    f"\\unset -f {_SHADOWABLE} 2>/dev/null\n"
+    "\\unalias -a 2>/dev/null\n"
+    "\\enable builtin command eval printf kill wait read 2>/dev/null\n"
+    "\\trap - DEBUG ERR RETURN\n"
+    "\\unset POSIXLY_CORRECT 2>/dev/null\n"
+    "\\set +o posix\n"
+)
+
+
 def _wrap(command: str, nonce: str) -> str:
     delimiter = f"VT_EOF_{nonce}"
     return (
-        f"__vt_cmd=$(cat <<'{delimiter}'\n{command}\n{delimiter}\n)\n"
-        'eval "$__vt_cmd" </dev/null\n'
+        f"IFS= \\builtin read -r -d '' __vt_cmd <<'{delimiter}'\n{command}\n{delimiter}\n"
+        '\\builtin eval "$__vt_cmd" </dev/null\n'
         "__vt_rc=$?\n"
-        "{ kill -9 -1; wait; } 2>/dev/null\n"
-        f"printf '\\036%d\\036{nonce}\\036' \"$__vt_rc\"\n"
+        f"{_RESET}"
+        "{ \\builtin kill -9 -1; \\builtin wait; } 2>/dev/null\n"
+        f"\\builtin printf '\\036%d\\036{nonce}\\036' \"$__vt_rc\"\n"
     )
 
 

@@ -10,12 +10,19 @@ unshare), and before any model-written code runs it:
    ``no_new_privs``, enters a new user namespace mapping that uid to 1000,
    clears every capability, installs the seccomp filter and lowers rlimits.
 
-Then it either runs the persistent Python worker loop (``mode == "python"``)
+Then it runs the persistent Python worker loop (``mode == "python"``), a
+service module's request loop (``mode == "service"``, e.g. the SQL worker),
 or ``exec``s bash (``mode == "bash"``). Host <-> worker frames are a 4-byte
 big-endian length followed by UTF-8 JSON; requests come on stdin, replies go
-to the control fd given in ``argv[1]``. Model output goes to fds 1 and 2,
-which the host caps and reads; the end of each call is marked by writing the
-call's nonce to both.
+to the control fd given in ``argv[1]``, and every reply echoes its request's
+nonce. Model output goes to fds 1 and 2, which the host caps and reads; the
+end of each call is marked by writing the call's nonce to both.
+
+The host trusts nothing that comes back (frames are size-capped, validated,
+and matched to their request by nonce; any violation is a crashed worker).
+The loop below still guards itself: it holds its own references to the
+functions it uses, so code that rebinds ``json.dumps`` or ``os.write`` in the
+shared interpreter does not silently change the replies.
 """
 
 import ctypes
@@ -28,12 +35,18 @@ import sys
 
 _CTRL_FD = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 _LIBC = ctypes.CDLL(None, use_errno=True)
+# Pinned before any model code runs (see the module docstring).
+_dumps, _loads = json.dumps, json.loads
+_os_read, _os_write, _os_exit, _os_kill = os.read, os.write, os._exit, os.kill
+_os_dup2, _os_waitpid, _os_getpid, _os_listdir = os.dup2, os.waitpid, os.getpid, os.listdir
+_pack, _unpack = struct.pack, struct.unpack
+_MAX_CHILD_REPLY = 8 << 20
 
 
 def _read_exact(fd, n):
     data = b""
     while len(data) < n:
-        chunk = os.read(fd, n - len(data))
+        chunk = _os_read(fd, n - len(data))
         if not chunk:
             raise EOFError
         data += chunk
@@ -41,15 +54,15 @@ def _read_exact(fd, n):
 
 
 def _read_frame(fd):
-    (length,) = struct.unpack(">I", _read_exact(fd, 4))
-    return json.loads(_read_exact(fd, length))
+    (length,) = _unpack(">I", _read_exact(fd, 4))
+    return _loads(_read_exact(fd, length))
 
 
 def _write_frame(fd, obj):
-    data = json.dumps(obj).encode()
-    payload = struct.pack(">I", len(data)) + data
+    data = _dumps(obj).encode()
+    payload = _pack(">I", len(data)) + data
     while payload:
-        payload = payload[os.write(fd, payload) :]
+        payload = payload[_os_write(fd, payload) :]
 
 
 def _check(ret, what):
@@ -80,6 +93,18 @@ def _mount_tmpfs(target, size_bytes):
         b"tmpfs", target.encode(), b"tmpfs", 0, f"size={size_bytes},mode=1777".encode()
     )
     _check(ret, f"mount tmpfs on {target}")
+
+
+def _bind_readonly(source, target):
+    MS_BIND, MS_REMOUNT, MS_RDONLY, MS_REC = 0x1000, 0x20, 0x1, 0x4000
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    _check(_LIBC.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), "bind")
+    flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+    _check(_LIBC.mount(None, target.encode(), None, flags, None), "remount read-only")
 
 
 def _enter_user_namespace(uid, gid):
@@ -128,6 +153,8 @@ def _setup():
             os.close(fd)
     if setup.get("mount_tmp"):
         _mount_tmpfs("/tmp", setup["mount_tmp"])
+    for host_path, target in setup.get("binds", ()):  # unshare backend (bwrap binds itself)
+        _bind_readonly(host_path, target)
     uid, gid = setup["uid"], setup["gid"]
     _write_files(setup["workdir"], setup.get("files", {}), uid, gid)
     if setup["drop_privileges"]:  # root on the host: become a fresh unprivileged uid
@@ -249,27 +276,40 @@ def _run_python(setup):
                 sys.stderr.flush()
                 _write_frame(w, reply)
             finally:
-                os._exit(0)
+                _os_exit(0)
         os.close(w)
         data = b""
-        while True:
-            chunk = os.read(r, 65536)
+        while len(data) <= _MAX_CHILD_REPLY:  # the child is untrusted too: cap what we read
+            chunk = _os_read(r, 65536)
             if not chunk:
                 break
             data += chunk
         os.close(r)
-        _, status = os.waitpid(pid, 0)
-        if len(data) >= 4:
-            return json.loads(data[4:])
+        try:
+            _os_kill(pid, signal.SIGKILL)  # it wrote its reply, or it flooded the pipe
+        except OSError:
+            pass
+        _, status = _os_waitpid(pid, 0)
+        try:
+            reply = _loads(data[4:]) if len(data) >= 4 else None
+        except (ValueError, RecursionError):
+            reply = None
+        if isinstance(reply, dict) and isinstance(reply.get("status"), str):
+            return reply
         return {"status": "crashed", "message": f"the call's process ended (wait status {status})"}
 
+    if fresh:
+        # Each call runs in a forked child: the warm parent must stay pristine, so
+        # it is not dumpable (no child can open /proc/<parent>/mem or ptrace it).
+        PR_SET_DUMPABLE = 4
+        _check(_LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
     reset_streams()
-    _write_frame(_CTRL_FD, {"status": "ready", "pid": os.getpid()})
+    _write_frame(_CTRL_FD, {"status": "ready", "pid": _os_getpid()})
     while True:
         try:
             request = _read_frame(stdin_fd)
         except EOFError:
-            os._exit(0)
+            _os_exit(0)
         reset_streams()
         if "seed" in request:  # the episode's seed: `random` replays the same numbers
             import random
@@ -288,24 +328,70 @@ def _run_python(setup):
             builtins.__dict__.update(builtins_snapshot)  # undo `del builtins.print` & co
             if own_pid_ns:
                 try:
-                    os.kill(-1, signal.SIGKILL)  # children the call left behind (not us, not init)
+                    _os_kill(-1, signal.SIGKILL)  # children the call left behind (not us, not init)
                 except OSError:
                     pass
                 while True:  # reap our own killed children before answering: none outlive the call
                     try:
-                        os.waitpid(-1, 0)
+                        _os_waitpid(-1, 0)
                     except ChildProcessError:
                         break
                     except OSError:
                         break
-            os.dup2(saved_out, 1)
-            os.dup2(saved_err, 2)
+            _os_dup2(saved_out, 1)
+            _os_dup2(saved_err, 2)
             marker = request["nonce"].encode()
-            os.write(1, marker)
-            os.write(2, marker)
+            _os_write(1, marker)
+            _os_write(2, marker)
+        threads = _thread_count() - 1
+        if threads > 0:  # threads the call started are still running: say so
+            reply["lingering_threads"] = threads
+        reply["nonce"] = request["nonce"]
         _write_frame(_CTRL_FD, reply)
         if reply["status"] == "exit":
-            os._exit(0)
+            _os_exit(0)
+
+
+def _thread_count():
+    try:
+        return len(_os_listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _run_service(setup):
+    """Serve requests with a module's handler: ``serve(options) -> handle(payload) -> reply``.
+
+    The module is imported without running its packages' ``__init__`` (they are
+    stood in for by empty packages with the right path), so a service pays only
+    for what it imports itself.
+    """
+    import importlib
+    import types
+
+    spec = setup["service"]
+    for name, path in spec["packages"].items():
+        if name not in sys.modules:
+            package = types.ModuleType(name)
+            package.__path__ = [path]
+            sys.modules[name] = package
+    handle = importlib.import_module(spec["module"]).serve(spec["options"])
+    stdin_fd = os.dup(0)
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    _os_dup2(devnull, 0)
+    os.close(devnull)
+    _write_frame(_CTRL_FD, {"status": "ready", "pid": _os_getpid()})
+    while True:
+        try:
+            request = _read_frame(stdin_fd)
+        except EOFError:
+            _os_exit(0)
+        try:
+            reply = {"status": "ok", "payload": handle(request["payload"])}
+        except Exception as exc:  # a bug in the service, reported to the host
+            reply = {"status": "error", "message": f"{type(exc).__name__}: {exc}"[:2000]}
+        reply["nonce"] = request["nonce"]
+        _write_frame(_CTRL_FD, reply)
 
 
 def _run_bash(setup):
@@ -325,6 +411,8 @@ def _main():
         os._exit(70)
     if setup["mode"] == "bash":
         _run_bash(setup)
+    elif setup["mode"] == "service":
+        _run_service(setup)
     else:
         _run_python(setup)
 

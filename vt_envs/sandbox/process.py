@@ -26,6 +26,7 @@ import signal
 import struct
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,9 @@ from vt_envs.sandbox.isolation import INSIDE_SOURCE, Isolation
 __all__ = ["Captured", "SandboxProcess", "WorkerLost", "pids_of_uid", "process_tree"]
 
 _TAIL = 64
+#: The largest frame the host reads from a sandbox. A longer one is a protocol
+#: violation (the worker is treated as crashed), so no frame can grow host memory.
+MAX_FRAME_BYTES = 8 << 20
 _USED_UIDS: set[int] = set()
 _counter = itertools.count()
 
@@ -234,9 +238,15 @@ class SandboxProcess:
         files: dict[str, str | bytes] | None = None,
         python_mode: str = "persistent",
         max_repr_chars: int = 10_000,
+        service: Mapping[str, Any] | None = None,
+        binds: Mapping[str, str] | None = None,
         start_timeout_s: float = 10.0,
     ) -> SandboxProcess:
         """Start a sandbox and wait until the code inside is ready for requests.
+
+        ``mode``: ``"python"``, ``"bash"`` or ``"service"`` (``service`` then
+        names the module and its options, see ``inside.py``). ``binds`` maps
+        paths inside the sandbox (under ``/tmp``) to host paths, bound read-only.
 
         Raises :class:`SandboxUnavailableError` when it does not come up.
         """
@@ -250,6 +260,7 @@ class SandboxProcess:
             self.workdir = policy.workdir
         else:
             self._host_workdir = self.workdir = tempfile.mkdtemp(prefix="vt-unsafe-work-")
+        binds = _check_binds(binds or {})
         cgroup_fds: list[int] = []
         ctrl_r = -1
         try:
@@ -257,7 +268,7 @@ class SandboxProcess:
             ctrl_r, ctrl_w = os.pipe()
             try:
                 self.proc = await asyncio.create_subprocess_exec(
-                    *isolation.command(ctrl_w, self.workdir),
+                    *isolation.command(ctrl_w, self.workdir, binds=binds),
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT if mode == "bash" else asyncio.subprocess.PIPE,
@@ -277,10 +288,15 @@ class SandboxProcess:
                 os.close(ctrl_r)
             self._release_host_resources()
             raise
+        extra = {
+            "python_mode": python_mode,
+            "max_repr_chars": max_repr_chars,
+            "service": dict(service) if service else None,
+            # bwrap binds them itself; the unshare backend's inside.py does it as root
+            "binds": [[h, t] for t, h in binds.items()] if isolation.backend == "unshare" else [],
+        }
         try:
-            return await self._handshake(
-                mode, files, python_mode, max_repr_chars, ctrl_r, cgroup_fds, start_timeout_s
-            )
+            return await self._handshake(mode, files, extra, ctrl_r, cgroup_fds, start_timeout_s)
         except BaseException:
             # Cancelled (or failed) while starting: the sandbox must not outlive the call.
             self.kill_now()
@@ -317,8 +333,7 @@ class SandboxProcess:
         self,
         mode: str,
         files: dict[str, str | bytes] | None,
-        python_mode: str,
-        max_repr_chars: int,
+        extra: dict[str, Any],
         ctrl_r: int,
         cgroup_fds: list[int],
         start_timeout_s: float,
@@ -348,14 +363,15 @@ class SandboxProcess:
             "userns": isolation.drops_uid,
             "own_pid_ns": isolation.sandboxed,
             "mount_tmp": policy.workdir_mb << 20 if isolation.backend == "unshare" else 0,
-            "python_mode": python_mode,
-            "max_repr_chars": max_repr_chars,
+            **extra,
         }
         try:
             await self._send(INSIDE_SOURCE + _frame(setup))
             ready = await asyncio.wait_for(self.read_frame(), start_timeout_s)
         except (WorkerLost, asyncio.TimeoutError, ConnectionError) as exc:
             ready = {"status": "setup_failed", "message": f"no ready message ({exc!r})"}
+        if not isinstance(ready, dict):
+            ready = {"status": "setup_failed", "message": "a malformed ready message"}
         if ready.get("status") != "ready":
             errors = self.stdout.snapshot().data + (
                 self.stderr.snapshot().data if self.stderr else b""
@@ -399,14 +415,40 @@ class SandboxProcess:
         await self._send(text.encode())
 
     async def read_frame(self) -> dict[str, Any]:
+        """Read one frame: at most :data:`MAX_FRAME_BYTES`, a JSON object, or ``WorkerLost``."""
         try:
             header = await self._ctrl.readexactly(4)
             (length,) = struct.unpack(">I", header)
-            return json.loads(await self._ctrl.readexactly(length))
+            if length > MAX_FRAME_BYTES:
+                raise WorkerLost(
+                    "crashed", f"protocol violation: a {length}-byte frame ({MAX_FRAME_BYTES} max)"
+                )
+            frame = json.loads(await self._ctrl.readexactly(length))
         except asyncio.IncompleteReadError as exc:
             raise WorkerLost("crashed", "the worker exited") from exc
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise WorkerLost("crashed", f"garbled reply ({exc})") from exc
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise WorkerLost("crashed", f"protocol violation: garbled frame ({exc})") from exc
+        if not isinstance(frame, dict):
+            raise WorkerLost("crashed", f"protocol violation: a {type(frame).__name__} frame")
+        return frame
+
+    async def _exchange(
+        self, request: dict[str, Any], timeout_s: float, nonce: str | None = None
+    ) -> dict[str, Any]:
+        """Send ``request`` with a nonce (fresh by default); return the reply that echoes it.
+
+        Raises :class:`WorkerLost` on timeout, death, or a reply that is not
+        this request's (forged or stale): the caller kills the sandbox.
+        """
+        nonce = nonce or _new_nonce()
+        await self._send(_frame({**request, "nonce": nonce}))
+        try:
+            reply = await asyncio.wait_for(self.read_frame(), timeout_s)
+        except asyncio.TimeoutError:
+            raise WorkerLost("timeout") from None
+        if reply.get("nonce") != nonce:
+            raise WorkerLost("crashed", "protocol violation: a reply to another request")
+        return reply
 
     async def execute(
         self, request: dict[str, Any], timeout_s: float
@@ -416,17 +458,26 @@ class SandboxProcess:
         Raises :class:`WorkerLost` (``"timeout"`` or ``"crashed"``) with the
         sandbox still running; the caller kills it.
         """
-        marker = "\x1e" + secrets.token_hex(16) + "\x1e"
+        # The output marker and the reply nonce are one value: the worker writes it to
+        # fds 1 and 2 when the call ends, then echoes it in its reply.
+        marker = _new_nonce()
         self.stdout.begin(marker.encode())
         self.stderr.begin(marker.encode())
-        await self._send(_frame({**request, "nonce": marker}))
-        try:
-            reply = await asyncio.wait_for(self.read_frame(), timeout_s)
-        except asyncio.TimeoutError:
-            raise WorkerLost("timeout") from None
+        reply = await self._exchange(request, timeout_s, nonce=marker)
         out = await self.stdout.wait(5.0)
         err = await self.stderr.wait(5.0)
         return reply, out, err
+
+    async def request(self, payload: Any, timeout_s: float) -> Any:
+        """Service mode: send ``payload``, return the service's reply payload.
+
+        Raises :class:`WorkerLost` as :meth:`_exchange` does, and when the
+        service reports an error of its own (``"crashed"``, with its message).
+        """
+        reply = await self._exchange({"payload": payload}, timeout_s)
+        if reply.get("status") != "ok":
+            raise WorkerLost("crashed", f"the service failed: {str(reply.get('message'))[:500]}")
+        return reply.get("payload")
 
     def host_pids(self) -> set[int]:
         """Host pids of every process of this sandbox that is alive now."""
@@ -478,6 +529,23 @@ def _reap_later(proc: SandboxProcess) -> None:
     task = asyncio.ensure_future(proc.kill())
     _REAPING.add(task)
     task.add_done_callback(_REAPING.discard)
+
+
+def _new_nonce() -> str:
+    return "\x1e" + secrets.token_hex(16) + "\x1e"
+
+
+def _check_binds(binds: Mapping[str, str]) -> dict[str, str]:
+    """``binds`` (sandbox path -> host path), checked: targets under ``/tmp``, sources exist."""
+    checked = {}
+    for target, source in binds.items():
+        target = os.path.normpath(target)
+        if not target.startswith("/tmp/") or target.startswith("/tmp/work"):
+            raise ValueError(f"bind targets must be under /tmp/ (not the work dir), got {target!r}")
+        if not os.path.exists(source):
+            raise FileNotFoundError(f"bind source {source!r} does not exist")
+        checked[target] = os.path.realpath(source)
+    return checked
 
 
 def _encode_files(files: dict[str, str | bytes]) -> dict[str, list[str]]:

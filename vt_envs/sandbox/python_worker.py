@@ -39,6 +39,8 @@ class PythonOutcome:
             ``"crashed"`` (the interpreter died), ``"exit"`` (``sys.exit``)
             or ``"closed"`` (the session was closed; nothing ran).
         restarted: the sandbox was replaced and all state was lost.
+        lingering_threads: threads the call started that were still running
+            when it returned (their output may show up in later calls).
     """
 
     status: str
@@ -51,6 +53,7 @@ class PythonOutcome:
     traceback: str = ""
     restarted: bool = False
     elapsed_s: float = 0.0
+    lingering_threads: int = 0
 
     @property
     def truncated(self) -> bool:
@@ -183,6 +186,7 @@ class PythonWorker(SandboxSession):
         start = time.perf_counter()
         try:
             reply, out, err = await self._proc.execute(request, timeout_s)
+            _check_reply(reply)
         except WorkerLost as lost:
             out, err = self._proc.stdout.snapshot(), self._proc.stderr.snapshot()
             await self._restart()
@@ -210,4 +214,25 @@ class PythonWorker(SandboxSession):
             traceback=reply.get("traceback", ""),
             restarted=restarted,
             elapsed_s=elapsed,
+            lingering_threads=reply.get("lingering_threads", 0),
         )
+
+
+_STATUSES = frozenset({"ok", "error", "exit", "crashed"})
+_TEXT_FIELDS = ("value", "kind", "exc_type", "message", "traceback", "code")
+
+
+def _check_reply(reply: dict) -> None:
+    """Raise :class:`WorkerLost` unless ``reply`` has the worker's reply schema.
+
+    The worker runs the model's code in its own interpreter, so its replies
+    are untrusted: a wrong field is a crashed worker, not an exception.
+    """
+    if reply.get("status") not in _STATUSES:
+        raise WorkerLost("crashed", f"protocol violation: status {reply.get('status')!r}")
+    for key in _TEXT_FIELDS:
+        if reply.get(key) is not None and not isinstance(reply[key], str):
+            raise WorkerLost("crashed", f"protocol violation: {key} is not a string")
+    threads = reply.get("lingering_threads", 0)
+    if type(threads) is not int or threads < 0:
+        raise WorkerLost("crashed", "protocol violation: lingering_threads")

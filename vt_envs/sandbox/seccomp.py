@@ -1,9 +1,13 @@
-"""A small seccomp-BPF program: no network sockets, no io_uring, no ptrace.
+"""A small seccomp-BPF program: no sockets, no io_uring, no ptrace.
 
 The network namespace already leaves the sandbox with only a loopback that
-no host service listens on; this filter is a second, independent layer: any
-``socket()`` whose family is not ``AF_UNIX`` fails with ``EACCES``, as does
+no host service listens on; this filter is a second, independent layer:
+``socket()`` fails with ``EACCES`` for every address family — ``AF_UNIX``
+included, since the read-only view of the host's file system holds the
+socket files of host services (databases, desktop buses) — as does
 ``io_uring_setup`` (io_uring can open sockets without the ``socket`` call).
+``socketpair()`` stays allowed: it connects a process to itself or its
+children (``multiprocessing.Pipe``) and reaches nothing outside.
 ``ptrace``, ``process_vm_readv`` and ``process_vm_writev`` fail with
 ``EPERM``: sandboxed code cannot stop, read or rewrite another process (the
 sandbox's own init among them). Syscalls from a foreign ABI (i386
@@ -45,7 +49,7 @@ _ARCH: dict[str, tuple[int, dict[str, int]]] = {
         },
     ),
 }
-_DENIED_EACCES = ("io_uring_setup",)
+_DENIED_EACCES = ("io_uring_setup",)  # and socket(), every family
 _DENIED_EPERM = ("ptrace", "process_vm_readv", "process_vm_writev")
 
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -54,7 +58,6 @@ _JGE_K = 0x35  # BPF_JMP | BPF_JGE | BPF_K
 _RET_K = 0x06  # BPF_RET | BPF_K
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
-_AF_UNIX = 1
 _NEXT = "next"
 
 
@@ -113,9 +116,7 @@ def sandbox_filter(machine: str | None = None) -> bytes:
         (_JGE_K, x32_bit, "eacces", _NEXT),
         *((_JEQ_K, nr[name], "eacces", _NEXT) for name in _DENIED_EACCES),
         *((_JEQ_K, nr[name], "eperm", _NEXT) for name in _DENIED_EPERM),
-        (_JEQ_K, nr["socket"], _NEXT, "allow"),
-        ("ld", 16),  # A = low 32 bits of args[0] (the address family)
-        (_JEQ_K, _AF_UNIX, "allow", "eacces"),
+        (_JEQ_K, nr["socket"], "eacces", "allow"),
         ("label", "foreign"),
         ("ret", _ERRNO | errno.ENOSYS),
         ("label", "eacces"),

@@ -118,6 +118,11 @@ class PythonTool(Tool):
             truncation_note(outcome.stdout, "stdout"),
             truncation_note(outcome.stderr, "stderr"),
         ]
+        if outcome.lingering_threads:
+            notes.append(
+                f"[note: {outcome.lingering_threads} thread(s) this code started are still "
+                "running; their output may appear in later calls]"
+            )
         error = None
         lost = (
             "the interpreter was restarted and its state was lost (variables, imports "
@@ -158,6 +163,7 @@ class PythonTool(Tool):
             "truncated": float(truncated),
             "restarted": float(outcome.restarted),
             "output_bytes": float(outcome.stdout.total + outcome.stderr.total),
+            "lingering_threads": float(outcome.lingering_threads),
         }
         return ToolResult(
             text=text or "(no output)", ok=error is None, error=error, metrics=metrics
