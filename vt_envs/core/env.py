@@ -97,8 +97,8 @@ class _OpenSessions:
     """The sessions of the running episode, held apart from the env so that a
     finalizer can close them when the env is dropped without ``close()``."""
 
-    def __init__(self, tools: Mapping[str, Tool]):
-        self.tools = tools
+    def __init__(self, tools: Mapping[str, Tool], verifier: Any = None):
+        self.tools, self.verifier = tools, verifier
         self.sessions: dict[str, Any] = {}
 
     async def aclose(self) -> None:
@@ -113,7 +113,10 @@ class _OpenSessions:
 
     async def aclose_all(self) -> None:
         await self.aclose()
-        await asyncio.gather(*(tool.aclose() for tool in self.tools.values()))
+        closers = [tool.aclose() for tool in self.tools.values()]
+        if hasattr(self.verifier, "aclose"):
+            closers.append(self.verifier.aclose())
+        await asyncio.gather(*closers)
 
 
 # Tasks started by finalizers that ran on the loop thread (kept alive until done).
@@ -208,6 +211,9 @@ class ToolEnv(gym.Env[dict, str]):
             time a tool call may take. ``None``: no wall-clock budget.
         max_observation_tokens: tool output longer than this is cut, with a
             note saying how much.
+        verify_timeout_s: deadline of the verifier on the final answer; past
+            it the answer scores 0 (``verifier_parts["timeout"] = 1``).
+            ``None``: no deadline.
         answer_tags: tags that hold the final answer.
         boxed_answers: also accept the last ``\\boxed{...}`` as the answer.
         remind_turns_left: append "(N turns left)" to each observation.
@@ -237,6 +243,7 @@ class ToolEnv(gym.Env[dict, str]):
         max_episode_tokens: int = 8192,
         max_episode_seconds: float | None = None,
         max_observation_tokens: int = 512,
+        verify_timeout_s: float | None = 60.0,
         answer_tags: Sequence[str] = ("answer",),
         boxed_answers: bool = False,
         remind_turns_left: bool = False,
@@ -257,6 +264,10 @@ class ToolEnv(gym.Env[dict, str]):
                 raise InvalidConfigError(f"{field_name} must be an int >= 1, got {value!r}")
         if max_tool_calls is not None and max_tool_calls < 0:
             raise InvalidConfigError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
+        if verify_timeout_s is not None and verify_timeout_s <= 0:
+            raise InvalidConfigError(
+                f"verify_timeout_s must be > 0 or None, got {verify_timeout_s}"
+            )
         if max_episode_seconds is not None and max_episode_seconds <= 0:
             raise InvalidConfigError(
                 f"max_episode_seconds must be > 0 or None, got {max_episode_seconds}"
@@ -276,6 +287,7 @@ class ToolEnv(gym.Env[dict, str]):
         self.max_episode_tokens = max_episode_tokens
         self.max_episode_seconds = max_episode_seconds
         self.max_observation_tokens = max_observation_tokens
+        self.verify_timeout_s = verify_timeout_s
         self.remind_turns_left = remind_turns_left
         self.rewards = rewards
         self.render_mode = render_mode
@@ -320,7 +332,7 @@ class ToolEnv(gym.Env[dict, str]):
         self._transcript: list[str] = []
         self._closed = False
         self._step_limit: int | None = None
-        self._live = _OpenSessions(self.tools)
+        self._live = _OpenSessions(self.tools, verifier)
         # Dropped without close(): still release the sandboxes and connections.
         self._finalizer = weakref.finalize(self, _release_abandoned, self._live)
 
@@ -384,9 +396,7 @@ class ToolEnv(gym.Env[dict, str]):
         info_extra: dict[str, Any] = {}
 
         if parse.kind == "answer":
-            # Off the event loop: a slow verifier (math-verify, SQL execution)
-            # must not stall the other episodes sharing this loop.
-            score = await asyncio.to_thread(self.verifier, episode.task, parse.answer or "")
+            score = await self._verify(episode.task, parse.answer or "")
             return await self._finish(parse, score, truncated=False)
 
         if parse.kind == "tool_call" and self._tool_budget_left(episode) > 0:
@@ -640,6 +650,26 @@ class ToolEnv(gym.Env[dict, str]):
             return ToolResult.failure(
                 f"Error: the {call.name} tool failed ({type(exc).__name__}).", "internal_error"
             )
+
+    async def _verify(self, task: Task, answer: str) -> Score:
+        """The verifier's score, under the verification deadline (overrun: 0)."""
+        averify = getattr(self.verifier, "averify", None)
+        # Off the event loop either way: a slow verifier (math-verify, SQL
+        # execution) must not stall the other episodes sharing this loop.
+        if averify is not None:
+            running = asyncio.ensure_future(averify(task, answer))
+        else:
+            running = asyncio.ensure_future(asyncio.to_thread(self.verifier, task, answer))
+        try:
+            done, _ = await asyncio.wait({running}, timeout=self.verify_timeout_s)
+        except BaseException:
+            running.cancel()
+            raise
+        if not done:
+            running.cancel()  # (a thread cannot be stopped; its result is ignored)
+            logger.warning("verification overran its %.3g s deadline", self.verify_timeout_s)
+            return Score(0.0, {"timeout": 1.0}, "verification timed out")
+        return running.result()
 
     def _cap_observation(self, text: str) -> str:
         ids = self.tokenizer.encode_text(text)

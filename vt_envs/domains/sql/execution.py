@@ -1,35 +1,101 @@
 """Running one untrusted SQL statement on a read-only DuckDB connection, with a timeout.
 
-Shared by the agent's tool and the verifier, so both apply the same rules:
+Used inside the sandboxed SQL worker (:mod:`vt_envs.domains.sql.worker`) for
+the agent's tool and the verifier alike, so both apply the same rules:
 
 - exactly one statement (``a; b`` is rejected before anything runs);
-- only read-only statement kinds (``SELECT`` — which covers ``WITH``,
-  ``DESCRIBE``, ``SHOW``, ``SUMMARIZE`` —, ``EXPLAIN`` and ``PRAGMA``); the
-  connection itself is read-only with external access off and its
-  configuration locked (:func:`~vt_envs.domains.sql.databases.connect_readonly`),
-  so this check is a second layer, not the only one;
+- an allow-list of statement kinds, read from DuckDB's own parser: ``SELECT``
+  (which covers ``WITH``, ``FROM``-first, ``VALUES``, ``DESCRIBE``, ``SHOW``,
+  ``SUMMARIZE``), ``EXPLAIN [ANALYZE]`` of an allowed statement (checked
+  again after the prefix, since ``EXPLAIN ANALYZE`` runs what it explains),
+  and the informational ``PRAGMA``\\s in :data:`ALLOWED_PRAGMAS` (``IMPORT
+  DATABASE`` parses as a PRAGMA and is refused). Everything else is refused.
+  The connection itself is read-only with external access off and its
+  configuration locked (:func:`connect_readonly`), so this check is a second
+  layer, not the only one;
 - a wall-clock timeout enforced with ``connection.interrupt()`` from a timer
-  thread, which stops even an exploding cross join inside DuckDB.
+  thread. Some plans cannot be interrupted (the optimizer of an exponential
+  plan, a huge fetch); the host's hard kill of the worker covers those.
 
 Failures are returned as :class:`QueryOutcome` with an error kind, never
-raised: they are the policy's mistakes.
+raised: they are the policy's mistakes. This module imports only DuckDB and
+the standard library (the sandboxed worker loads it without ``vt_envs``).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import duckdb
 
-__all__ = ["ALLOWED_STATEMENTS", "QueryOutcome", "execute_query"]
+__all__ = [
+    "ALLOWED_PRAGMAS",
+    "ALLOWED_STATEMENTS",
+    "READONLY_CONFIG",
+    "QueryOutcome",
+    "check_statement",
+    "connect_readonly",
+    "execute_query",
+]
+
+#: Settings of every connection an agent or a verifier uses.
+READONLY_CONFIG: Mapping[str, object] = {
+    "enable_external_access": False,  # no COPY TO, ATTACH, read_csv, glob, INSTALL
+    "autoload_known_extensions": False,
+    "autoinstall_known_extensions": False,
+    "python_enable_replacements": False,  # no scanning of Python variables by name
+    "memory_limit": "2GB",
+    "lock_configuration": True,  # must come last: SET/PRAGMA can no longer change the above
+}
 
 ALLOWED_STATEMENTS = frozenset(
     {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN, duckdb.StatementType.PRAGMA}
 )
+#: PRAGMAs that only report (table layouts, sizes, versions).
+ALLOWED_PRAGMAS = frozenset(
+    {
+        "table_info",
+        "show",
+        "show_tables",
+        "show_tables_expanded",
+        "show_databases",
+        "database_list",
+        "database_size",
+        "storage_info",
+        "version",
+        "platform",
+        "collations",
+    }
+)
 _MAX_ERROR_CHARS = 800
 _COUNT_CHUNK = 8192
+_ALLOWED_KINDS = "SELECT (with WITH, DESCRIBE, SHOW, SUMMARIZE), EXPLAIN and informational PRAGMAs"
+# Leading whitespace and comments, then EXPLAIN [ANALYZE] [(options)], case-insensitive.
+_SKIP = r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
+_EXPLAIN = re.compile(
+    rf"^{_SKIP}explain\b{_SKIP}(?:analyze\b{_SKIP})?(?:\((?:[^()']|'[^']*')*\){_SKIP})?",
+    re.IGNORECASE | re.DOTALL,
+)
+_PRAGMA = re.compile(rf"^{_SKIP}pragma\s+([a-z_][a-z0-9_]*)", re.IGNORECASE | re.DOTALL)
+
+
+def connect_readonly(
+    path: str | os.PathLike[str], *, memory_limit: str | None = None, threads: int | None = None
+) -> duckdb.DuckDBPyConnection:
+    """Open ``path`` read-only with :data:`READONLY_CONFIG` (optionally another
+    memory limit and thread count, set before the configuration is locked)."""
+    config = dict(READONLY_CONFIG)
+    if memory_limit is not None:
+        config["memory_limit"] = memory_limit
+    if threads is not None:
+        config["threads"] = threads
+    config["lock_configuration"] = config.pop("lock_configuration")  # keep it last
+    return duckdb.connect(str(path), read_only=True, config=config)
 
 
 @dataclass(frozen=True)
@@ -44,7 +110,7 @@ class QueryOutcome:
         error: ``None``, or the error kind: ``"empty"``, ``"syntax_error"``,
             ``"multiple_statements"``, ``"not_read_only"``, ``"timeout"``,
             ``"permission_denied"``, ``"catalog_error"``, ``"execution_error"``,
-            ``"too_many_rows"``.
+            ``"out_of_memory"``, ``"too_many_rows"``.
         message: the error text shown to the agent (``""`` when ok).
         exec_s: seconds spent.
     """
@@ -70,6 +136,8 @@ def _error_kind(exc: Exception) -> str:
         return "syntax_error"
     if isinstance(exc, (duckdb.CatalogException, duckdb.BinderException)):
         return "catalog_error"
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return "out_of_memory"
     return "execution_error"
 
 
@@ -80,8 +148,17 @@ def _failure(error: str, message: str, start: float) -> QueryOutcome:
     return QueryOutcome(error=error, message=message, exec_s=time.monotonic() - start)
 
 
+def _refusal(kind: str, start: float) -> QueryOutcome:
+    return _failure(
+        "not_read_only",
+        f"Only read-only queries ({_ALLOWED_KINDS}) are allowed; got {kind}. "
+        "The database is read-only.",
+        start,
+    )
+
+
 def check_statement(con: duckdb.DuckDBPyConnection, sql: str) -> QueryOutcome | str:
-    """Return the single read-only statement in ``sql``, or a failed outcome saying why."""
+    """Return the single allowed statement in ``sql``, or a failed outcome saying why."""
     start = time.monotonic()
     try:
         statements = con.extract_statements(sql)
@@ -95,16 +172,38 @@ def check_statement(con: duckdb.DuckDBPyConnection, sql: str) -> QueryOutcome | 
             f"Run one statement per call; got {len(statements)} statements.",
             start,
         )
-    statement = statements[0]
-    if statement.type not in ALLOWED_STATEMENTS:
-        kind = statement.type.name
-        return _failure(
-            "not_read_only",
-            f"Only read-only queries (SELECT, WITH, DESCRIBE, SHOW, EXPLAIN) are allowed; "
-            f"got a {kind} statement. The database is read-only.",
-            start,
-        )
-    return sql
+    refusal = _classify(con, statements[0], start, depth=0)
+    return refusal if refusal is not None else sql
+
+
+def _classify(
+    con: duckdb.DuckDBPyConnection, statement: duckdb.Statement, start: float, depth: int
+) -> QueryOutcome | None:
+    """``None`` if ``statement`` is allowed, else why not (EXPLAIN: its target decides)."""
+    kind = statement.type
+    text = statement.query
+    if kind == duckdb.StatementType.SELECT:
+        return None
+    if kind == duckdb.StatementType.PRAGMA:
+        match = _PRAGMA.match(text)
+        if match is None:  # IMPORT DATABASE and other statements DuckDB files as PRAGMA
+            return _refusal("a statement DuckDB treats as a PRAGMA", start)
+        if match.group(1).lower() not in ALLOWED_PRAGMAS:
+            return _refusal(f"PRAGMA {match.group(1)} (not an informational pragma)", start)
+        return None
+    if kind == duckdb.StatementType.EXPLAIN and depth == 0:
+        prefix = _EXPLAIN.match(text)
+        if prefix is None:
+            return _refusal("an EXPLAIN whose target could not be read", start)
+        try:
+            inner = con.extract_statements(text[prefix.end() :])
+        except duckdb.Error as exc:
+            return _failure("syntax_error", str(exc), start)
+        if len(inner) != 1:
+            return _refusal("an EXPLAIN of several statements", start)
+        refusal = _classify(con, inner[0], start, depth + 1)
+        return None if refusal is None else _refusal(f"EXPLAIN of {inner[0].type.name}", start)
+    return _refusal(f"a {kind.name} statement", start)
 
 
 def execute_query(
@@ -115,13 +214,14 @@ def execute_query(
     max_rows: int | None = None,
     count_limit: int = 100_000,
 ) -> QueryOutcome:
-    """Run ``sql`` (one read-only statement) on ``con`` and fetch its result.
+    """Run ``sql`` (one allowed statement) on ``con`` and fetch its result.
 
-    Blocks for at most about ``timeout_s`` seconds: a timer thread calls
-    ``con.interrupt()``. Fetches ``max_rows`` rows (all when ``None``) and
-    counts the rest up to ``count_limit``; with ``max_rows=None`` a result
-    larger than ``count_limit`` fails with ``"too_many_rows"``. ``con``
-    must not be used by another thread at the same time.
+    Blocks for about ``timeout_s`` seconds at most where DuckDB can be
+    interrupted: a timer thread calls ``con.interrupt()``. Fetches
+    ``max_rows`` rows (all when ``None``) and counts the rest up to
+    ``count_limit``; with ``max_rows=None`` a result larger than
+    ``count_limit`` fails with ``"too_many_rows"``. ``con`` must not be used
+    by another thread at the same time.
     """
     checked = check_statement(con, sql)
     if isinstance(checked, QueryOutcome):

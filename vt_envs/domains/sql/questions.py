@@ -31,8 +31,7 @@ import duckdb
 
 from vt_envs.domains.sql.databases import connect_readonly
 from vt_envs.domains.sql.execution import execute_query
-from vt_envs.domains.sql.schema import format_value
-from vt_envs.domains.sql.verifier import has_top_level_order_by, results_match
+from vt_envs.domains.sql.results import format_value, has_top_level_order_by, results_match
 
 __all__ = ["POOLS", "TEMPLATES", "GeneratedQuestion", "QuestionBank", "Template", "check_gold"]
 

@@ -9,12 +9,11 @@ not enforce them.
 
 from __future__ import annotations
 
-import datetime
-import decimal
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import duckdb
+
+from vt_envs.domains.sql.results import format_value
 
 __all__ = ["format_value", "quote_identifier", "render_schema"]
 
@@ -24,27 +23,6 @@ def quote_identifier(name: str) -> str:
     if name.isidentifier() and name.lower() == name and name.isascii():
         return name
     return '"' + name.replace('"', '""') + '"'
-
-
-def format_value(value: Any, max_chars: int = 60) -> str:
-    """One cell as compact text: ``NULL``, trimmed floats, ISO dates, cut long strings."""
-    if value is None:
-        text = "NULL"
-    elif isinstance(value, float):
-        text = f"{value:.10g}"
-    elif isinstance(value, decimal.Decimal):
-        text = str(value)
-    elif isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
-        is_datetime = isinstance(value, datetime.datetime)
-        text = value.isoformat(sep=" ") if is_datetime else value.isoformat()
-    elif isinstance(value, bytes):
-        text = f"<{len(value)} bytes>"
-    else:
-        text = str(value)
-    text = text.replace("\n", "\\n").replace("|", "\\|")
-    if len(text) > max_chars:
-        text = text[: max_chars - 3] + "..."
-    return text
 
 
 def render_schema(

@@ -1,79 +1,89 @@
-"""SQLTool: read-only DuckDB queries for an agent, one connection per episode.
+"""SQLTool: read-only DuckDB queries for an agent, run in a sandboxed worker per episode.
 
-Each episode opens its task's database (``task.assets["db_path"]``) with
-:func:`~vt_envs.domains.sql.databases.connect_readonly`; every call runs one
-read-only statement in a worker thread with a timeout enforced by
-``interrupt()`` (see :mod:`vt_envs.domains.sql.execution`) and returns the
-result as a compact text table, cut at ``max_rows`` rows and ``max_chars``
-characters with a note saying how much was cut. Every failure — bad SQL, a
-write attempt, a timeout — is a :class:`ToolResult` with ``ok=False``.
+Each episode gets its own SQL worker (:mod:`vt_envs.domains.sql.worker`): a
+sandboxed process — namespaces, rlimits, seccomp, a cgroup as root — that
+opens the task's database (``task.assets["db_path"]``, bound read-only into
+the sandbox) with :func:`~vt_envs.domains.sql.execution.connect_readonly`.
+Every call runs one allowed statement there with DuckDB's interrupt at the
+call's deadline, and comes back as a compact text table, cut at ``max_rows``
+rows and ``max_chars`` characters with a note saying how much was cut.
+
+Nothing the model's SQL does runs in the host process: parsing, planning,
+execution and fetching all happen in the worker, which is killed if a query
+outlives its deadline by :data:`KILL_MARGIN_S` (DuckDB cannot interrupt every
+plan) or outgrows the sandbox's memory. The next query then starts a fresh
+worker, so the episode stays responsive; temporary state dies with the worker.
+Every failure — bad SQL, a refused statement, a timeout, a killed worker — is
+a :class:`ToolResult` with ``ok=False``.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Mapping, Sequence
+import os
+import stat
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import duckdb
-
 from vt_envs.core.tool import Tool, ToolResult
-from vt_envs.domains.sql.databases import connect_readonly
-from vt_envs.domains.sql.execution import QueryOutcome, execute_query
-from vt_envs.domains.sql.schema import format_value
+from vt_envs.domains.sql.results import render_table
 from vt_envs.errors import InvalidConfigError
+from vt_envs.sandbox.isolation import Isolation
+from vt_envs.sandbox.policy import SandboxPolicy
+from vt_envs.sandbox.python_worker import WarmPool
+from vt_envs.sandbox.service import ServiceLost, ServiceSession, SessionClosed, service_spec
+from vt_envs.tools._sandboxed import resolve
 
-__all__ = ["SQLTool", "render_table"]
+__all__ = ["KILL_MARGIN_S", "SQL_POLICY", "SQLTool", "render_table", "sql_binds"]
 
+#: The limits of a SQL worker's sandbox. DuckDB's own memory limit is set below
+#: the address-space limit, so most blow-ups end as an error, the rest as a kill.
+SQL_POLICY = SandboxPolicy(memory_mb=1536, processes=32, workdir_mb=64, max_output_bytes=64 << 10)
+#: How long past a query's deadline the host waits before killing its worker.
+KILL_MARGIN_S = 0.5
 # Rows past the shown ones are counted (not kept) up to this many, for the note.
 _COUNT_LIMIT = 10_000
+_DB_DIR = "/tmp/db"
 
 
-def render_table(
-    columns: Sequence[str],
-    rows: Sequence[tuple],
-    total_rows: int | None,
-    *,
-    max_chars: int = 9000,
-    max_cell_chars: int = 60,
-    count_limit: int = 10_000,
-) -> str:
-    """Render a result as ``a | b`` lines with a header, cut at ``max_chars``.
+def sql_binds(db_path: str, isolation: Isolation) -> tuple[dict[str, str], str]:
+    """The read-only bind that shows the database file to a worker, and its path there.
 
-    Ends with a note when rows were left out: ``(showing 50 of 1234 rows)``.
-    ``total_rows=None`` means "more than ``count_limit``".
+    Raises :class:`InvalidConfigError` when the sandbox's uid could not read
+    the file (as root, sandboxes run as an unprivileged uid).
     """
-    if not columns:
-        return "OK (the statement returned no result set)."
-    lines = [" | ".join(columns)]
-    shown = 0
-    size = len(lines[0])
-    for row in rows:
-        line = " | ".join(format_value(v, max_cell_chars) for v in row)
-        if size + 1 + len(line) > max_chars:
-            break
-        lines.append(line)
-        size += 1 + len(line)
-        shown += 1
-    if not rows:
-        lines.append("(no rows)")
-    elif total_rows is None:
-        lines.append(f"(showing {shown} of more than {count_limit} rows)")
-    elif shown < total_rows:
-        lines.append(f"(showing {shown} of {total_rows} rows)")
-    else:
-        lines.append(f"({total_rows} row{'s' if total_rows != 1 else ''})")
-    return "\n".join(lines)
+    host = os.path.realpath(db_path)
+    if not os.path.isfile(host):
+        raise InvalidConfigError(f"the database file {db_path!r} does not exist")
+    if isolation.drops_uid and not os.stat(host).st_mode & stat.S_IROTH:
+        raise InvalidConfigError(
+            f"the database file {db_path!r} is not world-readable, so the SQL worker's "
+            f"unprivileged uid cannot open it; make it readable: chmod o+r {host!r}"
+        )
+    inside = f"{_DB_DIR}/{os.path.basename(host)}"
+    return {inside: host}, inside
+
+
+def worker_options(policy: SandboxPolicy) -> dict[str, Any]:
+    """DuckDB's settings in a worker: one thread, a memory limit under the rlimit."""
+    return {"memory_limit": f"{policy.memory_mb * 6 // 10}MB", "threads": 1}
 
 
 class SQLTool(Tool):
-    """Run one read-only SQL query on the episode's DuckDB database.
+    """Run one read-only SQL query on the episode's DuckDB database, in a sandbox.
 
     Args:
-        timeout_s: per-query time limit (enforced inside DuckDB with interrupt()).
+        timeout_s: per-query time limit (DuckDB's interrupt; the worker is
+            killed at ``timeout_s + KILL_MARGIN_S``).
         max_rows: rows shown per result.
         max_chars: characters of the rendered table (the note is added after).
         max_cell_chars: long values are cut to this length.
+        policy: the worker's sandbox limits (default :data:`SQL_POLICY`).
+        isolation: shortcut for ``policy.isolation``.
+        prestart: workers kept started per database file, so an episode's
+            start is a hand-over.
+
+    Raises:
+        SandboxUnavailableError: no isolation layer works here.
     """
 
     name = "sql"
@@ -96,14 +106,28 @@ class SQLTool(Tool):
         max_rows: int = 50,
         max_chars: int = 9000,
         max_cell_chars: int = 60,
+        policy: SandboxPolicy | None = None,
+        isolation: str | None = None,
+        prestart: int = 0,
     ):
-        if max_rows < 1 or max_chars < 100 or max_cell_chars < 4:
+        if max_rows < 1 or max_chars < 100 or max_cell_chars < 4 or prestart < 0:
             raise InvalidConfigError(
-                "SQLTool needs max_rows >= 1, max_chars >= 100 and max_cell_chars >= 4; got "
-                f"max_rows={max_rows}, max_chars={max_chars}, max_cell_chars={max_cell_chars}"
+                "SQLTool needs max_rows >= 1, max_chars >= 100, max_cell_chars >= 4 and "
+                f"prestart >= 0; got max_rows={max_rows}, max_chars={max_chars}, "
+                f"max_cell_chars={max_cell_chars}, prestart={prestart}"
             )
         super().__init__(timeout_s=timeout_s)
         self.max_rows, self.max_chars, self.max_cell_chars = max_rows, max_chars, max_cell_chars
+        self.isolation = resolve(policy or SQL_POLICY, isolation)
+        self.service = service_spec(
+            "vt_envs.domains.sql.worker", worker_options(self.isolation.policy)
+        )
+        self.prestart = prestart
+        self._pools: dict[str, WarmPool] = {}
+
+    def describe(self) -> dict[str, object]:
+        """Which sandbox layers are in force for the SQL workers."""
+        return self.isolation.describe()
 
     async def open_session(self, task: Any, *, seed: int = 0) -> dict[str, Any]:
         path = task.assets.get("db_path") if task is not None else None
@@ -112,79 +136,89 @@ class SQLTool(Tool):
                 f"task {getattr(task, 'id', None)!r} has no assets['db_path']; SQL tasks must "
                 "name the DuckDB file to query"
             )
-        return {"con": connect_readonly(path)}
+        binds, db = sql_binds(str(path), self.isolation)
+        worker = ServiceSession(
+            self.isolation, service=self.service, binds=binds, pool=self._pool(binds)
+        )
+        await worker.start()
+        return {"worker": worker, "db": db}
+
+    def _pool(self, binds: dict[str, str]) -> WarmPool | None:
+        if not self.prestart:
+            return None
+        key = next(iter(binds.values()))
+        if key not in self._pools:
+            self._pools[key] = WarmPool(
+                self.isolation,
+                size=self.prestart,
+                mode="service",
+                service=self.service,
+                binds=binds,
+            )
+        return self._pools[key]
 
     async def close_session(self, session: Any) -> None:
-        if not session:
-            return
-        await _settle(session, interrupt=True)
-        con = session.pop("con", None)
-        if con is not None:
-            con.close()
+        if session:
+            await session["worker"].close()
 
     async def call(
         self, session: Any, arguments: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> ToolResult:
         limit = self.timeout_s if timeout_s is None else timeout_s
-        con: duckdb.DuckDBPyConnection = session["con"]
-        # One query at a time per connection: wait for the previous one (an
-        # interrupted query may still be unwinding in its thread).
-        await _settle(session, interrupt=False)
-        running = asyncio.ensure_future(
-            asyncio.to_thread(
-                execute_query,
-                con,
-                arguments["query"],
-                timeout_s=limit,
-                max_rows=self.max_rows,
-                count_limit=_COUNT_LIMIT,
-            )
-        )
-        session["running"] = running
+        request = {
+            "op": "query",
+            "db": session["db"],
+            "sql": str(arguments["query"]),
+            "timeout_s": limit,
+            "max_rows": self.max_rows,
+            "max_chars": self.max_chars,
+            "max_cell_chars": self.max_cell_chars,
+            "count_limit": _COUNT_LIMIT,
+        }
         try:
-            # Shielded: cancelling the call must not orphan the thread; the query is
-            # interrupted, and recover_session / the next call wait for it to stop.
-            outcome = await asyncio.shield(running)
-        except asyncio.CancelledError:
-            con.interrupt()
-            raise
-        return self._result(outcome, limit)
+            reply = await session["worker"].request(request, limit + KILL_MARGIN_S)
+            return self._result(reply, limit)
+        except ServiceLost as lost:
+            return _lost(lost, limit)
+        except SessionClosed:
+            return ToolResult.failure("Error: the database session is closed.", "closed")
 
-    async def recover_session(self, session: Any) -> None:
-        """After a cancelled call: interrupt its query and wait for its thread."""
-        if session:
-            await _settle(session, interrupt=True)
-
-    def _result(self, outcome: QueryOutcome, limit: float) -> ToolResult:
-        if not outcome.ok:
-            if outcome.error == "timeout":
+    def _result(self, reply: Any, limit: float) -> ToolResult:
+        if not (
+            isinstance(reply, dict)
+            and isinstance(reply.get("ok"), bool)
+            and isinstance(reply.get("text"), str)
+            and isinstance(reply.get("rows"), int)
+        ):
+            return _lost(ServiceLost("crashed", "a malformed reply"), limit)
+        metrics = {"exec_s": float(reply.get("exec_s") or 0.0)}
+        if not reply["ok"]:
+            error = str(reply.get("error") or "error")
+            if error == "timeout":
                 text = f"Error: the query was stopped after {limit:.3g} s (timeout)."
             else:
-                text = f"Error ({outcome.error}): {outcome.message}"
-            return ToolResult.failure(text, outcome.error or "error", exec_s=outcome.exec_s)
-        text = render_table(
-            outcome.columns,
-            outcome.rows,
-            outcome.total_rows,
-            max_chars=self.max_chars,
-            max_cell_chars=self.max_cell_chars,
-            count_limit=_COUNT_LIMIT,
-        )
-        truncated = text.rsplit("\n", 1)[-1].startswith("(showing")
-        return ToolResult(
-            text,
-            metrics={
-                "rows": float(len(outcome.rows)),
-                "exec_s": outcome.exec_s,
-                "truncated": float(truncated),
-            },
-        )
+                text = f"Error ({error}): {reply['text']}"
+            return ToolResult.failure(text, error, **metrics)
+        metrics.update(rows=float(reply["rows"]), truncated=float(bool(reply.get("truncated"))))
+        return ToolResult(reply["text"][: self.max_chars + 200], metrics=metrics)
+
+    async def aclose(self) -> None:
+        pools, self._pools = self._pools, {}
+        for pool in pools.values():
+            await pool.close()
 
 
-async def _settle(session: dict[str, Any], *, interrupt: bool) -> None:
-    """Wait until the session's last query thread has finished (interrupting it first)."""
-    running = session.get("running")
-    if running is not None and not running.done():
-        if interrupt:
-            session["con"].interrupt()
-        await asyncio.wait([running])
+def _lost(lost: ServiceLost, limit: float) -> ToolResult:
+    if lost.kind == "timeout":
+        return ToolResult.failure(
+            f"Error: the query did not stop at its {limit:.3g} s deadline, so its worker was "
+            "killed; the next query runs in a fresh one (timeout).",
+            "timeout",
+            restarted=1.0,
+        )
+    return ToolResult.failure(
+        "Error: the query exhausted the SQL worker's memory (or crashed it), so the worker was "
+        "killed; the next query runs in a fresh one.",
+        "out_of_memory",
+        restarted=1.0,
+    )

@@ -1,0 +1,149 @@
+"""The SQL worker: runs inside a sandbox, one per episode (tool) or per verifier slot.
+
+Started by :class:`~vt_envs.sandbox.service.ServiceSession` in the sandbox's
+``service`` mode, which imports this module without ``vt_envs``'s package
+``__init__``: it needs only DuckDB, :mod:`~vt_envs.domains.sql.execution` and
+:mod:`~vt_envs.domains.sql.results`.
+
+Everything the model's SQL can make expensive happens here, never in the host:
+parsing, planning, execution, fetching, rendering and comparing results. The
+host sees only small replies (a rendered, capped table; a score), and kills
+this process when a request overruns its deadline or the process outgrows the
+sandbox's memory limits.
+
+Requests (JSON objects):
+
+- ``{"op": "query", "db", "sql", "timeout_s", "max_rows", "max_chars",
+  "max_cell_chars", "count_limit"}`` → ``{"ok", "error", "text", "rows",
+  "truncated", "exec_s"}``: the table as the agent reads it, or the error;
+- ``{"op": "verify", "db", "gold", "answer", "timeout_s", "max_result_rows",
+  "order_matters", "column_order_insensitive", "rel_tol", "abs_tol"}`` →
+  ``{"value", "parts", "detail"}``: the execution match of the answer with the
+  gold (gold results are cached per worker).
+
+Connections are opened read-only (``options["memory_limit"]``, one thread)
+on first use of a database and kept for the worker's life, which is the
+episode's: temporary state never outlives it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from vt_envs.domains.sql.execution import QueryOutcome, connect_readonly, execute_query
+from vt_envs.domains.sql.results import render_table, results_match
+
+__all__ = ["serve"]
+
+_GOLD_CACHE_SIZE = 512
+
+
+def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Return the request handler of one worker process."""
+    connections: dict[str, Any] = {}
+    gold_cache: OrderedDict[tuple[str, str], QueryOutcome] = OrderedDict()
+
+    def connection(db: str):
+        if db not in connections:
+            connections[db] = connect_readonly(
+                db, memory_limit=options.get("memory_limit"), threads=options.get("threads", 1)
+            )
+        return connections[db]
+
+    def query(request: dict[str, Any]) -> dict[str, Any]:
+        outcome = execute_query(
+            connection(request["db"]),
+            request["sql"],
+            timeout_s=float(request["timeout_s"]),
+            max_rows=int(request["max_rows"]),
+            count_limit=int(request["count_limit"]),
+        )
+        if not outcome.ok:
+            return {
+                "ok": False,
+                "error": outcome.error,
+                "text": outcome.message,
+                "rows": 0,
+                "truncated": False,
+                "exec_s": outcome.exec_s,
+            }
+        text = render_table(
+            outcome.columns,
+            outcome.rows,
+            outcome.total_rows,
+            max_chars=int(request["max_chars"]),
+            max_cell_chars=int(request["max_cell_chars"]),
+            count_limit=int(request["count_limit"]),
+        )
+        truncated = text.rsplit("\n", 1)[-1].startswith("(showing")
+        return {
+            "ok": True,
+            "error": None,
+            "text": text,
+            "rows": len(outcome.rows),
+            "truncated": truncated,
+            "exec_s": outcome.exec_s,
+        }
+
+    def run(request: dict[str, Any], sql: str) -> QueryOutcome:
+        return execute_query(
+            connection(request["db"]),
+            sql,
+            timeout_s=float(request["timeout_s"]),
+            count_limit=int(request["max_result_rows"]),
+        )
+
+    def gold_result(request: dict[str, Any]) -> QueryOutcome:
+        key = (request["db"], request["gold"])
+        if key in gold_cache:
+            gold_cache.move_to_end(key)
+            return gold_cache[key]
+        outcome = run(request, request["gold"])
+        if outcome.ok:
+            gold_cache[key] = outcome
+            while len(gold_cache) > _GOLD_CACHE_SIZE:
+                gold_cache.popitem(last=False)
+        return outcome
+
+    def verify(request: dict[str, Any]) -> dict[str, Any]:
+        gold = gold_result(request)
+        if not gold.ok:
+            # A broken gold is a dataset bug, not the agent's fault; it still scores 0.
+            return _score(0.0, False, f"gold failed: {gold.error}")
+        pred = run(request, request["answer"])
+        if not pred.ok:
+            return _score(0.0, False, f"answer failed: {pred.error}")
+        match = results_match(
+            gold.rows,
+            pred.rows,
+            order_matters=bool(request["order_matters"]),
+            column_order_insensitive=bool(request["column_order_insensitive"]),
+            rel_tol=float(request["rel_tol"]),
+            abs_tol=float(request["abs_tol"]),
+        )
+        if match:
+            return _score(1.0, True, "results match")
+        return _score(
+            0.0,
+            True,
+            f"results differ ({len(pred.rows)} rows x {len(pred.columns)} columns vs "
+            f"{len(gold.rows)} x {len(gold.columns)} expected)",
+        )
+
+    handlers = {"query": query, "verify": verify}
+
+    def handle(request: dict[str, Any]) -> dict[str, Any]:
+        return handlers[request["op"]](request)
+
+    handle.gold_cache = gold_cache  # type: ignore[attr-defined]  (for inspection)
+    return handle
+
+
+def _score(value: float, executed: bool, detail: str) -> dict[str, Any]:
+    return {
+        "value": value,
+        "parts": {"correct": value, "executed": float(executed)},
+        "detail": detail,
+    }
