@@ -15,6 +15,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from vt_envs.core.task import Task, TaskList
 from vt_envs.core.tool import Tool, ToolResult
 
+SANDBOX_ENV_ID = "VTTest/Sandbox-v0"
+
 
 class EchoTool(Tool):
     """Echoes its text; fails on ``"fail"``, raises on ``"raise"``.
@@ -79,3 +81,41 @@ def make_tasks(n: int = 5, split: str = "train") -> TaskList:
 @pytest.fixture
 def echo_tool() -> EchoTool:
     return EchoTool(timeout_s=2.0)
+
+
+def make_sandbox_env(*, timeout_s: float = 1.5, python_mode: str = "persistent", **env_kwargs):
+    """An env with the sandboxed python and bash tools (small limits), for contract tests."""
+    from vt_envs import ExactMatch, ToolEnv
+    from vt_envs.sandbox.policy import SandboxPolicy
+    from vt_envs.tools.bash import BashTool
+    from vt_envs.tools.python import PythonTool
+
+    policy = SandboxPolicy(memory_mb=512, workdir_mb=32, processes=32, max_output_bytes=64 << 10)
+    return ToolEnv(
+        tools=[
+            PythonTool(timeout_s=timeout_s, policy=policy, mode=python_mode),
+            BashTool(timeout_s=timeout_s, policy=policy),
+        ],
+        tasks=TaskList([Task(id="t0", prompt="Run code.", gold="0")], name="sandbox"),
+        verifier=ExactMatch(),
+        instructions="Run code.",
+        max_turns=50,
+        name=SANDBOX_ENV_ID,
+        **env_kwargs,
+    )
+
+
+@pytest.fixture(scope="session")
+def sandbox_env_id():
+    """Registers ``VTTest/Sandbox-v0`` (python + bash) for the test session only."""
+    import gymnasium as gym
+
+    from vt_envs import env_builder, register_env
+    from vt_envs import registration as vt_registration
+
+    register_env(
+        SANDBOX_ENV_ID, builder=env_builder(make_sandbox_env), oracle=None, description="tests"
+    )
+    yield SANDBOX_ENV_ID
+    vt_registration._REGISTRY.pop(SANDBOX_ENV_ID, None)
+    gym.envs.registry.pop(SANDBOX_ENV_ID, None)

@@ -17,40 +17,15 @@ import time
 import gymnasium as gym
 import pytest
 
-from vt_envs import ExactMatch, Task, TaskList, ToolEnv, env_builder, register_env
-from vt_envs import registration as vt_registration
-from vt_envs.sandbox.policy import SandboxPolicy
 from vt_envs.sandbox.process import _alive
-from vt_envs.tools.bash import BashTool
-from vt_envs.tools.python import PythonTool
 
-ENV_ID = "VTTest/Sandbox-v0"
+ENV_ID = "VTTest/Sandbox-v0"  # registered by the sandbox_env_id fixture (tests/conftest.py)
 TIMEOUT_S = 1.5
-POLICY = SandboxPolicy(memory_mb=512, workdir_mb=32, processes=32, max_output_bytes=64 << 10)
-
-
-@env_builder
-def make_sandbox_env(*, timeout_s: float = TIMEOUT_S, **env_kwargs) -> ToolEnv:
-    return ToolEnv(
-        tools=[
-            PythonTool(timeout_s=timeout_s, policy=POLICY),
-            BashTool(timeout_s=timeout_s, policy=POLICY),
-        ],
-        tasks=TaskList([Task(id="t0", prompt="Run code.", gold="0")], name="sandbox"),
-        verifier=ExactMatch(),
-        instructions="Run code.",
-        max_turns=50,
-        name=ENV_ID,
-        **env_kwargs,
-    )
 
 
 @pytest.fixture(scope="module", autouse=True)
-def sandbox_env_id():
-    register_env(ENV_ID, builder=make_sandbox_env, oracle=None, description="test only")
-    yield ENV_ID
-    vt_registration._REGISTRY.pop(ENV_ID, None)
-    gym.envs.registry.pop(ENV_ID, None)
+def _registered(sandbox_env_id):
+    return sandbox_env_id
 
 
 def sandbox_pids(env: gym.Env) -> set[int]:

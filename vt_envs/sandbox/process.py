@@ -228,6 +228,7 @@ class SandboxProcess:
         self.stderr: _Collector | None = None
         self._signalled = False  # SIGKILL sent (kill_now); kill() still reaps
         self._killed = False
+        self._tree: set[int] = set()  # every host pid of this sandbox seen so far
 
     @classmethod
     async def start(
@@ -381,11 +382,24 @@ class SandboxProcess:
                 f"the {isolation.backend} sandbox failed to start: {ready.get('message')}; "
                 f"its output: {errors.decode(errors='replace')[-2000:]!r}"
             )
+        self.host_pids()  # remember the tree (bwrap, its init, the worker) for reaping
         return self
 
     @property
     def alive(self) -> bool:
         return not (self._killed or self._signalled) and self.proc.returncode is None
+
+    def _reap_orphans(self) -> None:
+        """Reap the sandbox's processes that ended up as our children.
+
+        When bubblewrap's outer process dies, its child (the sandbox's init) is
+        re-parented to the nearest child subreaper: the host process itself if
+        it is one (PID 1 of a container, a supervisor). Nobody else would wait
+        for it, so its zombie would stay for the host's lifetime.
+        """
+        for pid in self._tree - {self.proc.pid}:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
 
     def kill_now(self) -> None:
         """SIGKILL the whole tree at once, without waiting (usable while being cancelled).
@@ -484,6 +498,7 @@ class SandboxProcess:
         pids = process_tree(self.proc.pid) if self.proc.returncode is None else set()
         if self._cgroup:
             pids |= self._cgroup.pids()
+        self._tree |= pids
         return {p for p in pids if _alive(p)}
 
     async def kill(self, wait_s: float = 5.0) -> None:
@@ -509,6 +524,7 @@ class SandboxProcess:
         deadline = time.monotonic() + wait_s
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             await asyncio.sleep(0.005)
+        self._reap_orphans()
         for collector in (getattr(self, "stdout", None), self.stderr):
             if collector:
                 collector.cancel()
