@@ -7,8 +7,11 @@ Measured in one run:
 - ``env``: steps/s of the oracle (one exploration query, then the gold
   answer, which the verifier executes) on warmed-up test tasks; ``--repeats``
   runs of ``--episodes`` episodes each, reported as the median (and min/max);
-- ``latency``: p50/p99 of a tool call (``SELECT * FROM <table> LIMIT 3``)
-  and of one verification (answer + cached gold).
+- ``latency``: p50/p99 of a tool call (``SELECT * FROM <table> LIMIT 3``) in
+  the episode's sandboxed SQL worker, of the same query run in the host
+  process (``in_process``: the path VT used before the workers, for the cost
+  of the boundary), of one verification (answer + cached gold, in a verifier
+  worker), and of an episode's start (a fresh worker, up to its first answer).
 
 Prints Markdown and writes ``sql_speed.json`` to ``--out``.
 """
@@ -119,26 +122,48 @@ def _env_series(episodes: int, repeats: int) -> dict[str, Any]:
 
 async def _tool_latency(calls: int) -> dict[str, Any]:
     from vt_envs.domains.sql import SQLTool, sql_tasks
+    from vt_envs.domains.sql.execution import connect_readonly, execute_query
+    from vt_envs.domains.sql.results import render_table
     from vt_envs.domains.sql.verifier import ExecutionMatch
 
+    query = "SELECT * FROM flights LIMIT 3"
     task = sql_tasks("test", databases=("flights",))[0]
     tool = SQLTool()
     session = await tool.open_session(task)
     verifier = ExecutionMatch()
+    host = connect_readonly(task.assets["db_path"])
     try:
-        tool_samples, verify_samples = [], []
+        tool_samples, host_samples, verify_samples = [], [], []
         for _ in range(calls):
             start = time.perf_counter()
-            result = await tool.call(session, {"query": "SELECT * FROM flights LIMIT 3"})
+            result = await tool.call(session, {"query": query})
             tool_samples.append(time.perf_counter() - start)
             assert result.ok, result.text
             start = time.perf_counter()
-            score = verifier(task, str(task.gold))
+            outcome = execute_query(host, query, timeout_s=5.0, max_rows=50, count_limit=10_000)
+            render_table(outcome.columns, outcome.rows, outcome.total_rows)
+            host_samples.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            score = await verifier.averify(task, str(task.gold))
             verify_samples.append(time.perf_counter() - start)
             assert score.value == 1.0, score.detail
+        start_samples = []
+        for _ in range(max(3, calls // 20)):
+            start = time.perf_counter()
+            fresh = await tool.open_session(task)
+            await tool.call(fresh, {"query": "SELECT 1"})
+            start_samples.append(time.perf_counter() - start)
+            await tool.close_session(fresh)
     finally:
+        host.close()
         await tool.close_session(session)
-    return {"tool_call": _latency(tool_samples), "verify": _latency(verify_samples)}
+        await verifier.aclose()
+    return {
+        "tool_call": _latency(tool_samples),
+        "in_process": _latency(host_samples),
+        "verify": _latency(verify_samples),
+        "episode_start": _latency(start_samples),
+    }
 
 
 def run_benchmark(

@@ -17,6 +17,7 @@ request starts a fresh one.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +27,7 @@ from vt_envs.sandbox.process import SandboxProcess, WorkerLost
 from vt_envs.sandbox.python_worker import WarmPool
 from vt_envs.sandbox.session import SandboxSession, SessionClosed
 
-__all__ = ["ServiceLost", "ServiceSession", "SessionClosed", "service_spec"]
+__all__ = ["ServiceLost", "ServicePool", "ServiceSession", "SessionClosed", "service_spec"]
 
 
 class ServiceLost(Exception):
@@ -82,6 +83,11 @@ class ServiceSession(SandboxSession):
             self.isolation, mode="service", service=self.service, binds=self.binds
         )
 
+    @property
+    def busy(self) -> bool:
+        """A request is in flight."""
+        return self._lock.locked()
+
     async def request(self, payload: Mapping[str, Any], timeout_s: float) -> Any:
         """The service's reply to ``payload``, within ``timeout_s`` seconds.
 
@@ -97,3 +103,82 @@ class ServiceSession(SandboxSession):
         except WorkerLost as lost:
             await self._proc.kill()
             raise ServiceLost(lost.kind, lost.detail) from None
+
+
+class ServicePool:
+    r"""Service processes kept between uses, one pool per set of binds.
+
+    A user :meth:`acquire`\s a session for exclusive use and :meth:`release`\s
+    it afterwards; a released session that is mid-request (its user was
+    cancelled or closed early) is killed rather than handed to the next user.
+    Sessions whose process died (a killed request) restart on their next request.
+
+    Args:
+        isolation: the resolved sandbox backend.
+        service: :func:`service_spec` of the module.
+        max_per_key: sessions per binds in use at once (``None``: no limit;
+            :meth:`acquire` waits when the limit is reached).
+        max_uses: a session is retired (its process stopped) after this many
+            uses, bounding what one process accumulates.
+    """
+
+    def __init__(
+        self,
+        isolation: Isolation,
+        service: Mapping[str, Any],
+        *,
+        max_per_key: int | None = None,
+        max_uses: int = 256,
+    ):
+        self.isolation, self.service = isolation, dict(service)
+        self.max_per_key, self.max_uses = max_per_key, max_uses
+        self._idle: dict[tuple, list[ServiceSession]] = {}
+        self._count: dict[tuple, int] = {}
+        self._uses: dict[int, int] = {}
+        self._changed: asyncio.Condition | None = None
+        self._closed = False
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def acquire(self, binds: Mapping[str, str]) -> ServiceSession:
+        """A session for ``binds``, idle or new (its process starts on first request)."""
+        key = tuple(sorted(binds.items()))
+        async with self._condition():
+            while True:
+                if self._closed:
+                    raise SessionClosed
+                idle = self._idle.setdefault(key, [])
+                if idle:
+                    return idle.pop()
+                if self.max_per_key is None or self._count.get(key, 0) < self.max_per_key:
+                    self._count[key] = self._count.get(key, 0) + 1
+                    return ServiceSession(self.isolation, service=self.service, binds=binds)
+                await self._condition().wait()
+
+    async def release(self, session: ServiceSession) -> None:
+        """Give ``session`` back (or retire it: busy, closed, or used ``max_uses`` times)."""
+        key = tuple(sorted(session.binds.items()))
+        uses = self._uses.get(id(session), 0) + 1
+        retire = self._closed or session.busy or session.closed or uses >= self.max_uses
+        if retire:
+            self._uses.pop(id(session), None)
+            await session.close()
+        else:
+            self._uses[id(session)] = uses
+        async with self._condition():
+            if retire:
+                self._count[key] = self._count.get(key, 1) - 1
+            else:
+                self._idle.setdefault(key, []).append(session)
+            self._condition().notify()
+
+    async def aclose(self) -> None:
+        """Stop every idle session; sessions in use stop when released. Idempotent."""
+        self._closed = True
+        idle, self._idle = self._idle, {}
+        await asyncio.gather(
+            *(s.close() for sessions in idle.values() for s in sessions), return_exceptions=True
+        )

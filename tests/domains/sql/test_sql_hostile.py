@@ -145,9 +145,38 @@ def test_the_allow_list_through_the_parser(sql_cache):
         con.close()
 
 
-def test_each_episode_has_its_own_worker(sql_env):
+def test_an_episodes_temporary_state_dies_with_it(tmp_path):
+    import duckdb
+
+    from vt_envs.domains.sql import worker
+
+    db = str(tmp_path / "own.duckdb")  # its own file: DuckDB wants one config per file
+    duckdb.connect(db).close()
+    handle = worker.serve({})
+    query = {
+        "op": "query",
+        "db": db,
+        "timeout_s": 5,
+        "max_rows": 5,
+        "max_chars": 900,
+        "max_cell_chars": 60,
+        "count_limit": 100,
+    }
+    # (SQL cannot create temporary objects any more; trusted code plants one here)
+    handle.episode_connection(db).execute("CREATE TEMP TABLE leftover AS SELECT 42 AS x")
+    assert handle({**query, "sql": "SELECT x FROM leftover"})["text"] == "x\n42\n(1 row)"
+    handle({"op": "reset"})  # the next episode
+    reply = handle({**query, "sql": "SELECT x FROM leftover"})
+    assert reply["error"] == "catalog_error"
+
+
+def test_workers_are_reused_across_episodes_and_replaced_when_killed(sql_env):
     _flights_task(sql_env)
-    first = sql_env.unwrapped._live.sessions["sql"]["worker"].process.host_pids()
+    first = sql_env.unwrapped._live.sessions["sql"]["worker"]
+    pids = first.process.host_pids()
     _flights_task(sql_env)
-    second = sql_env.unwrapped._live.sessions["sql"]["worker"].process.host_pids()
-    assert first and second and not first & second  # nothing of episode 1 lives on
+    assert sql_env.unwrapped._live.sessions["sql"]["worker"].process.host_pids() == pids
+    sql_env.step(f"<sql>{EXPONENTIAL}</sql>")  # kills the worker
+    _, _, _, _, info = sql_env.step("<sql>SELECT 1 AS one</sql>")
+    assert info["tool"]["ok"]
+    assert not pids & sql_env.unwrapped._live.sessions["sql"]["worker"].process.host_pids()

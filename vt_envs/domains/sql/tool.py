@@ -1,18 +1,21 @@
 """SQLTool: read-only DuckDB queries for an agent, run in a sandboxed worker per episode.
 
-Each episode gets its own SQL worker (:mod:`vt_envs.domains.sql.worker`): a
-sandboxed process — namespaces, rlimits, seccomp, a cgroup as root — that
+Each episode has a SQL worker (:mod:`vt_envs.domains.sql.worker`) to itself:
+a sandboxed process — namespaces, rlimits, seccomp, a cgroup as root — that
 opens the task's database (``task.assets["db_path"]``, bound read-only into
-the sandbox) with :func:`~vt_envs.domains.sql.execution.connect_readonly`.
-Every call runs one allowed statement there with DuckDB's interrupt at the
-call's deadline, and comes back as a compact text table, cut at ``max_rows``
-rows and ``max_chars`` characters with a note saying how much was cut.
+the sandbox) with :func:`~vt_envs.domains.sql.execution.connect_readonly`,
+and gives the episode its own connection to it. Workers are kept between
+episodes (a new episode gets a fresh connection; nothing of the last one's
+remains) and replaced when a query kills one. Every call runs one allowed
+statement with DuckDB's interrupt at the call's deadline, and comes back as a
+compact text table, cut at ``max_rows`` rows and ``max_chars`` characters
+with a note saying how much was cut.
 
 Nothing the model's SQL does runs in the host process: parsing, planning,
 execution and fetching all happen in the worker, which is killed if a query
 outlives its deadline by :data:`KILL_MARGIN_S` (DuckDB cannot interrupt every
 plan) or outgrows the sandbox's memory. The next query then starts a fresh
-worker, so the episode stays responsive; temporary state dies with the worker.
+worker, so the episode stays responsive.
 Every failure — bad SQL, a refused statement, a timeout, a killed worker — is
 a :class:`ToolResult` with ``ok=False``.
 """
@@ -29,8 +32,7 @@ from vt_envs.domains.sql.results import render_table
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.isolation import Isolation
 from vt_envs.sandbox.policy import SandboxPolicy
-from vt_envs.sandbox.python_worker import WarmPool
-from vt_envs.sandbox.service import ServiceLost, ServiceSession, SessionClosed, service_spec
+from vt_envs.sandbox.service import ServiceLost, ServicePool, SessionClosed, service_spec
 from vt_envs.tools._sandboxed import resolve
 
 __all__ = ["KILL_MARGIN_S", "SQL_POLICY", "SQLTool", "render_table", "sql_binds"]
@@ -40,6 +42,8 @@ __all__ = ["KILL_MARGIN_S", "SQL_POLICY", "SQLTool", "render_table", "sql_binds"
 SQL_POLICY = SandboxPolicy(memory_mb=1536, processes=32, workdir_mb=64, max_output_bytes=64 << 10)
 #: How long past a query's deadline the host waits before killing its worker.
 KILL_MARGIN_S = 0.5
+# A fresh worker (sandbox, `import duckdb`) answers its first request well within this.
+_START_TIMEOUT_S = 30.0
 # Rows past the shown ones are counted (not kept) up to this many, for the note.
 _COUNT_LIMIT = 10_000
 _DB_DIR = "/tmp/db"
@@ -79,8 +83,6 @@ class SQLTool(Tool):
         max_cell_chars: long values are cut to this length.
         policy: the worker's sandbox limits (default :data:`SQL_POLICY`).
         isolation: shortcut for ``policy.isolation``.
-        prestart: workers kept started per database file, so an episode's
-            start is a hand-over.
 
     Raises:
         SandboxUnavailableError: no isolation layer works here.
@@ -108,22 +110,17 @@ class SQLTool(Tool):
         max_cell_chars: int = 60,
         policy: SandboxPolicy | None = None,
         isolation: str | None = None,
-        prestart: int = 0,
     ):
-        if max_rows < 1 or max_chars < 100 or max_cell_chars < 4 or prestart < 0:
+        if max_rows < 1 or max_chars < 100 or max_cell_chars < 4:
             raise InvalidConfigError(
-                "SQLTool needs max_rows >= 1, max_chars >= 100, max_cell_chars >= 4 and "
-                f"prestart >= 0; got max_rows={max_rows}, max_chars={max_chars}, "
-                f"max_cell_chars={max_cell_chars}, prestart={prestart}"
+                "SQLTool needs max_rows >= 1, max_chars >= 100 and max_cell_chars >= 4; got "
+                f"max_rows={max_rows}, max_chars={max_chars}, max_cell_chars={max_cell_chars}"
             )
         super().__init__(timeout_s=timeout_s)
         self.max_rows, self.max_chars, self.max_cell_chars = max_rows, max_chars, max_cell_chars
         self.isolation = resolve(policy or SQL_POLICY, isolation)
-        self.service = service_spec(
-            "vt_envs.domains.sql.worker", worker_options(self.isolation.policy)
-        )
-        self.prestart = prestart
-        self._pools: dict[str, WarmPool] = {}
+        service = service_spec("vt_envs.domains.sql.worker", worker_options(self.isolation.policy))
+        self._workers = ServicePool(self.isolation, service)
 
     def describe(self) -> dict[str, object]:
         """Which sandbox layers are in force for the SQL workers."""
@@ -137,29 +134,21 @@ class SQLTool(Tool):
                 "name the DuckDB file to query"
             )
         binds, db = sql_binds(str(path), self.isolation)
-        worker = ServiceSession(
-            self.isolation, service=self.service, binds=binds, pool=self._pool(binds)
-        )
-        await worker.start()
+        worker = await self._workers.acquire(binds)
+        try:
+            try:  # a new connection for this episode (and the worker's start, if it is new)
+                await worker.request({"op": "reset"}, _START_TIMEOUT_S)
+            except ServiceLost:  # its process had died: it starts afresh on this retry
+                await worker.request({"op": "reset"}, _START_TIMEOUT_S)
+        except BaseException:
+            await self._workers.release(worker)
+            raise
         return {"worker": worker, "db": db}
 
-    def _pool(self, binds: dict[str, str]) -> WarmPool | None:
-        if not self.prestart:
-            return None
-        key = next(iter(binds.values()))
-        if key not in self._pools:
-            self._pools[key] = WarmPool(
-                self.isolation,
-                size=self.prestart,
-                mode="service",
-                service=self.service,
-                binds=binds,
-            )
-        return self._pools[key]
-
     async def close_session(self, session: Any) -> None:
-        if session:
-            await session["worker"].close()
+        if session and session.get("worker") is not None:
+            worker, session["worker"] = session["worker"], None
+            await self._workers.release(worker)
 
     async def call(
         self, session: Any, arguments: Mapping[str, Any], *, timeout_s: float | None = None
@@ -175,8 +164,11 @@ class SQLTool(Tool):
             "max_cell_chars": self.max_cell_chars,
             "count_limit": _COUNT_LIMIT,
         }
+        worker = session.get("worker")
+        if worker is None:
+            return ToolResult.failure("Error: the database session is closed.", "closed")
         try:
-            reply = await session["worker"].request(request, limit + KILL_MARGIN_S)
+            reply = await worker.request(request, limit + KILL_MARGIN_S)
             return self._result(reply, limit)
         except ServiceLost as lost:
             return _lost(lost, limit)
@@ -203,9 +195,7 @@ class SQLTool(Tool):
         return ToolResult(reply["text"][: self.max_chars + 200], metrics=metrics)
 
     async def aclose(self) -> None:
-        pools, self._pools = self._pools, {}
-        for pool in pools.values():
-            await pool.close()
+        await self._workers.aclose()
 
 
 def _lost(lost: ServiceLost, limit: float) -> ToolResult:

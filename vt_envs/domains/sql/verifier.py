@@ -16,7 +16,6 @@ only error kinds and row counts.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from vt_envs.core.loop import run_sync
@@ -25,7 +24,7 @@ from vt_envs.core.verifier import Score
 from vt_envs.domains.sql.results import extract_sql, has_top_level_order_by, results_match
 from vt_envs.domains.sql.tool import KILL_MARGIN_S, SQL_POLICY, sql_binds, worker_options
 from vt_envs.sandbox.policy import SandboxPolicy
-from vt_envs.sandbox.service import ServiceLost, ServiceSession, service_spec
+from vt_envs.sandbox.service import ServiceLost, ServicePool, service_spec
 from vt_envs.tools._sandboxed import resolve
 
 __all__ = [
@@ -74,12 +73,8 @@ class ExecutionMatch:
         self.max_result_rows = max_result_rows
         self.workers = workers
         self.isolation = resolve(policy or SQL_POLICY, isolation)
-        self._service = service_spec(
-            "vt_envs.domains.sql.worker", worker_options(self.isolation.policy)
-        )
-        self._idle: dict[str, list[ServiceSession]] = {}
-        self._all: list[ServiceSession] = []
-        self._free: asyncio.Condition | None = None
+        service = service_spec("vt_envs.domains.sql.worker", worker_options(self.isolation.policy))
+        self._workers = ServicePool(self.isolation, service, max_per_key=workers)
 
     async def averify(self, task: Task, answer: str) -> Score:
         """Score ``answer`` against ``task``'s gold, in a sandboxed worker."""
@@ -96,7 +91,7 @@ class ExecutionMatch:
             "rel_tol": self.rel_tol,
             "abs_tol": self.abs_tol,
         }
-        worker = await self._acquire(binds)
+        worker = await self._workers.acquire(binds)
         try:
             reply = await worker.request(request, 2 * self.timeout_s + KILL_MARGIN_S)
         except ServiceLost as lost:
@@ -104,38 +99,15 @@ class ExecutionMatch:
             parts = {"correct": 0.0, "executed": 0.0, "timeout": timed_out}
             return Score(0.0, parts, f"answer failed: its worker was killed ({lost.kind})")
         finally:
-            await self._release(binds, worker)
+            await self._workers.release(worker)
         return _score(reply)
 
     def __call__(self, task: Task, answer: str) -> Score:
         return run_sync(self.averify(task, answer), method="ExecutionMatch", async_method="averify")
 
-    async def _acquire(self, binds: dict[str, str]) -> ServiceSession:
-        key = next(iter(binds.values()))
-        if self._free is None:
-            self._free = asyncio.Condition()
-        async with self._free:
-            while True:
-                idle = self._idle.setdefault(key, [])
-                if idle:
-                    return idle.pop()
-                busy = sum(1 for w in self._all if w.binds == binds)
-                if busy < self.workers:
-                    worker = ServiceSession(self.isolation, service=self._service, binds=binds)
-                    self._all.append(worker)
-                    return worker
-                await self._free.wait()
-
-    async def _release(self, binds: dict[str, str], worker: ServiceSession) -> None:
-        assert self._free is not None
-        async with self._free:
-            self._idle.setdefault(next(iter(binds.values())), []).append(worker)
-            self._free.notify()
-
     async def aclose(self) -> None:
         """Stop every worker (idempotent)."""
-        workers, self._all, self._idle = self._all, [], {}
-        await asyncio.gather(*(w.close() for w in workers), return_exceptions=True)
+        await self._workers.aclose()
 
 
 def _score(reply: Any) -> Score:

@@ -1,4 +1,4 @@
-"""The SQL worker: runs inside a sandbox, one per episode (tool) or per verifier slot.
+"""The SQL worker: runs inside a sandbox, serving one episode at a time (or the verifier).
 
 Started by :class:`~vt_envs.sandbox.service.ServiceSession` in the sandbox's
 ``service`` mode, which imports this module without ``vt_envs``'s package
@@ -13,17 +13,22 @@ sandbox's memory limits.
 
 Requests (JSON objects):
 
+- ``{"op": "reset"}``: a new episode starts; the previous episode's
+  connections are closed (their temporary state with them);
 - ``{"op": "query", "db", "sql", "timeout_s", "max_rows", "max_chars",
   "max_cell_chars", "count_limit"}`` → ``{"ok", "error", "text", "rows",
-  "truncated", "exec_s"}``: the table as the agent reads it, or the error;
+  "truncated", "exec_s"}``: the table as the agent reads it, or the error, on
+  the episode's own connection;
 - ``{"op": "verify", "db", "gold", "answer", "timeout_s", "max_result_rows",
   "order_matters", "column_order_insensitive", "rel_tol", "abs_tol"}`` →
   ``{"value", "parts", "detail"}``: the execution match of the answer with the
   gold (gold results are cached per worker).
 
-Connections are opened read-only (``options["memory_limit"]``, one thread)
-on first use of a database and kept for the worker's life, which is the
-episode's: temporary state never outlives it.
+One read-only connection per database (``options["memory_limit"]``, one
+thread) keeps the database open for the worker's life; each episode queries
+through its own connection to it (``cursor()``), closed at the next reset, so
+nothing an episode creates reaches the next one. A worker serves one episode
+at a time; the host kills it when a query overruns or exhausts it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ _GOLD_CACHE_SIZE = 512
 def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """Return the request handler of one worker process."""
     connections: dict[str, Any] = {}
+    episode: dict[str, Any] = {}  # the current episode's connections
     gold_cache: OrderedDict[tuple[str, str], QueryOutcome] = OrderedDict()
 
     def connection(db: str):
@@ -52,9 +58,20 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
             )
         return connections[db]
 
+    def episode_connection(db: str):
+        if db not in episode:
+            episode[db] = connection(db).cursor()
+        return episode[db]
+
+    def reset(request: dict[str, Any]) -> dict[str, Any]:
+        for con in episode.values():
+            con.close()
+        episode.clear()
+        return {"ok": True}
+
     def query(request: dict[str, Any]) -> dict[str, Any]:
         outcome = execute_query(
-            connection(request["db"]),
+            episode_connection(request["db"]),
             request["sql"],
             timeout_s=float(request["timeout_s"]),
             max_rows=int(request["max_rows"]),
@@ -132,12 +149,13 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
             f"{len(gold.rows)} x {len(gold.columns)} expected)",
         )
 
-    handlers = {"query": query, "verify": verify}
+    handlers = {"reset": reset, "query": query, "verify": verify}
 
     def handle(request: dict[str, Any]) -> dict[str, Any]:
         return handlers[request["op"]](request)
 
     handle.gold_cache = gold_cache  # type: ignore[attr-defined]  (for inspection)
+    handle.episode_connection = episode_connection  # type: ignore[attr-defined]
     return handle
 
 
