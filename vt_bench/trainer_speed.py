@@ -70,7 +70,7 @@ def _overrides(cfg: BenchConfig, algo: str, output_dir: Path) -> list[str]:
         f"rollout.tasks_per_step={cfg.tasks_per_step}",
         f"rollout.n={cfg.n}",
         f"rollout.max_new_tokens={cfg.max_new_tokens}",
-        "rollout.sync_check_tol=null",  # the scripted engine's logprobs are fake
+        "rollout.sync_check=false",  # the scripted engine's logprobs are fake
         f"optim.minibatch_size={max(cfg.batch // 2, 1)}",  # two optimizer steps per RL step
         f"optim.micro_batch_size={max(cfg.batch // 4, 1)}",
         "env.eval_episodes=1",

@@ -34,6 +34,7 @@ __all__ = [
     "apply_overrides",
     "config_to_dict",
     "load_config",
+    "resolve_device",
 ]
 
 
@@ -92,9 +93,22 @@ class RolloutConfig:
         logprobs: ``"recompute"`` old logprobs with the trainer's forward,
             or use the engine's ``"rollout"`` logprobs (importance ratio
             against the sampler, cheaper; exact only if engines agree).
-        sync_check_tol: max |logprob difference| on the probe after a weight
-            sync; larger raises ``WeightSyncError`` (stale weights). ``None``
-            disables the check.
+        sync_check: after each weight sync, score a probe with the engine and
+            the trainer and log the logprob gap (``sync/*``); a gross gap
+            (stale or wrong weights) raises ``WeightSyncError``.
+        sync_mean_tol / sync_max_tol: the gap that counts as gross, in mean and
+            max |logprob difference|; ``None`` picks them by the training
+            dtype (fp32: 1e-3 / 5e-2; bf16, where ~0.1 on single tokens is
+            normal: 0.1 / 2.0).
+        truncated: what trains on a truncated episode (a budget ran out before
+            an answer): ``"keep"`` it as it is, ``"mask"`` it out of the loss
+            (DAPO's overlong filtering; it still counts in its group's
+            baseline), or ``"penalty"``: subtract ``truncation_penalty`` from
+            its reward (overlong punishment).
+        truncation_penalty: the reward subtracted with ``truncated="penalty"``.
+        max_sampling_rounds: with dynamic sampling (``filter_groups``), how many
+            rollout rounds may be played to fill the step with groups whose
+            rewards differ (DAPO); the step trains on what it has after that.
     """
 
     engine: str = "hf"
@@ -107,11 +121,18 @@ class RolloutConfig:
     max_context: int = 1024
     mode: str = "async"
     logprobs: str = "recompute"
-    sync_check_tol: float | None = 1e-3
+    sync_check: bool = True
+    sync_mean_tol: float | None = None
+    sync_max_tol: float | None = None
+    truncated: str = "keep"
+    truncation_penalty: float = 1.0
+    max_sampling_rounds: int = 3
 
     def __post_init__(self) -> None:
         _choice("rollout.mode", self.mode, ("async", "sync"))
         _choice("rollout.logprobs", self.logprobs, ("recompute", "rollout"))
+        _choice("rollout.truncated", self.truncated, ("keep", "mask", "penalty"))
+        _positive("rollout.max_sampling_rounds", self.max_sampling_rounds)
         _positive("rollout.tasks_per_step", self.tasks_per_step)
         _positive("rollout.n", self.n)
         _positive("rollout.max_new_tokens", self.max_new_tokens)
@@ -135,6 +156,13 @@ class OptimConfig:
         micro_batch_size: trajectories per forward/backward (gradient
             accumulation inside a minibatch; the loss is normalized by the
             minibatch-wide count, so results do not depend on it).
+        gradient_checkpointing: recompute the transformer's activations in the
+            backward (Hugging Face's ``gradient_checkpointing_enable``).
+        logprob_chunk_size: positions per LM-head chunk when computing
+            logprobs (:class:`vt_train.logprobs.LogprobModel`): the peak logits
+            memory is ``chunk x vocab`` floats, whatever the batch.
+        log_entropy: compute the policy's entropy for logging even without an
+            entropy bonus (one more softmax per chunk).
     """
 
     lr: float = 1e-4
@@ -145,9 +173,13 @@ class OptimConfig:
     epochs: int = 1
     minibatch_size: int = 64
     micro_batch_size: int = 16
+    gradient_checkpointing: bool = False
+    logprob_chunk_size: int = 1024
+    log_entropy: bool = True
 
     def __post_init__(self) -> None:
         _positive("optim.epochs", self.epochs)
+        _positive("optim.logprob_chunk_size", self.logprob_chunk_size)
         _positive("optim.minibatch_size", self.minibatch_size)
         _positive("optim.micro_batch_size", self.micro_batch_size)
         if self.lr <= 0:
@@ -178,6 +210,9 @@ class TrainConfig:
         tensorboard: also write TensorBoard event files.
         torch_threads: ``torch.set_num_threads`` (1 is fastest on small CPUs
             under load).
+        device: where the models train: ``"auto"`` (CUDA when available, else
+            the CPU), ``"cpu"``, ``"cuda"``. Every tensor the trainer builds
+            goes there.
     """
 
     algo: str = "grpo"
@@ -195,9 +230,14 @@ class TrainConfig:
     save_every: int = 0
     tensorboard: bool = True
     torch_threads: int = 1
+    device: str = "auto"
 
     def __post_init__(self) -> None:
         _positive("steps", self.steps)
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise InvalidConfigError(
+                f"device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}"
+            )
         batch = self.rollout.tasks_per_step * self.rollout.n
         if batch % self.optim.minibatch_size:
             raise InvalidConfigError(
@@ -210,14 +250,14 @@ class TrainConfig:
     def algorithm_config(self) -> AlgorithmConfig:
         """The preset ``algo`` with ``algorithm`` overrides applied.
 
-        Dr. GRPO's ``seq-mean-token-sum-norm`` needs a constant token count;
-        unless given, it is the per-turn generation budget
-        (``rollout.max_new_tokens``).
+        Dr. GRPO's ``seq-mean-token-sum-norm`` divides each trajectory's token
+        sum by one constant; unless given, it is a trajectory's token budget
+        (``rollout.max_context``), the same for every trajectory and step.
         """
         overrides = dict(self.algorithm)
         loss_agg = overrides.get("loss_agg", PRESETS.get(self.algo).get("loss_agg"))
         if loss_agg == "seq-mean-token-sum-norm":
-            overrides.setdefault("loss_norm_tokens", self.rollout.max_new_tokens)
+            overrides.setdefault("loss_norm_tokens", self.rollout.max_context)
         return AlgorithmConfig.from_preset(self.algo, **overrides)
 
 
@@ -310,3 +350,12 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
 def config_to_dict(config: Any) -> dict[str, Any]:
     """A plain dict of a (nested) config dataclass, for YAML dumps."""
     return dataclasses.asdict(config)
+
+
+def resolve_device(name: str) -> str:
+    """``"auto"`` -> ``"cuda"`` when CUDA is available, else ``"cpu"``; others as given."""
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

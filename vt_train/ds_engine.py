@@ -18,7 +18,7 @@ import torch
 
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["DeepSpeedConfig", "DeepSpeedModel", "init_distributed_env"]
+__all__ = ["DeepSpeedConfig", "DeepSpeedModel", "FrozenDeepSpeedModel", "init_distributed_env"]
 
 
 @dataclass
@@ -67,10 +67,13 @@ class DeepSpeedModel:
 
     The caller computes a loss per micro-batch (already normalized by the
     *minibatch*-wide token or sequence count, so accumulation is exact) and
-    calls :meth:`backward`; :meth:`step` applies the update at the end of the
-    minibatch. DeepSpeed's own gradient accumulation is set to 1 and
-    :meth:`step` is called once per minibatch, so the number of micro-batches
-    may vary between minibatches.
+    calls :meth:`backward` with ``boundary=True`` on the minibatch's last
+    micro-batch only; :meth:`step` then applies the update. The boundary is
+    what DeepSpeed's ZeRO-1/2 need to know: they reduce the accumulated
+    gradients into their partitions at a boundary, and a boundary at every
+    micro-batch would keep only the last one's gradient. DeepSpeed's own
+    ``gradient_accumulation_steps`` stays 1 (no loss rescaling), so the number
+    of micro-batches may differ between minibatches.
     """
 
     def __init__(
@@ -132,13 +135,21 @@ class DeepSpeedModel:
     def eval(self) -> None:
         self.engine.eval()
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Accumulate gradients of one micro-batch's (globally normalized) loss."""
+    @property
+    def device(self) -> torch.device:
+        """Where the engine keeps the model (inputs must go there)."""
+        return torch.device(self.engine.device)
+
+    def backward(self, loss: torch.Tensor, *, boundary: bool) -> None:
+        """Accumulate gradients of one micro-batch's (globally normalized) loss;
+        ``boundary``: this is the minibatch's last micro-batch (see the class docstring)."""
+        self.engine.set_gradient_accumulation_boundary(boundary)
         # DeepSpeed scales by 1/gradient_accumulation_steps (= 1 here): no rescaling.
         self.engine.backward(loss)
 
     def step(self, update: int) -> float:
-        """Apply the accumulated gradients (linear warmup by ``update``); return the grad norm."""
+        """Apply the accumulated gradients (linear warmup by ``update``); return the
+        global gradient norm before clipping, from DeepSpeed (every ZeRO stage)."""
         lr = (
             self.base_lr * min(1.0, (update + 1) / self.warmup_steps)
             if self.warmup_steps
@@ -146,33 +157,36 @@ class DeepSpeedModel:
         )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        norm = None
-        if self.config.zero_stage < 3:  # gradients live on the parameters: measure before clipping
+        manual = None
+        if self.config.zero_stage == 0:  # DeepSpeed reports a norm only when it clips
             grads = [
                 p.grad.detach().float() for p in self.module.parameters() if p.grad is not None
             ]
-            norm = (
+            manual = (
                 float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
                 if grads
                 else 0.0
             )
         self.engine.step()
-        if norm is None:
-            reported = self.engine.get_global_grad_norm()
-            norm = float(reported) if reported is not None else float("nan")
-        return norm
+        reported = self.engine.get_global_grad_norm()
+        if reported is not None:
+            return float(reported)
+        return manual if manual is not None else float("nan")
+
+    def _weights_module(self) -> torch.nn.Module:
+        # A LogprobModel wraps the Hugging Face model: sync and export its own names.
+        return getattr(self.module, "lm", self.module)
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The full (gathered under ZeRO-3) fp32 state dict, on CPU, for weight sync."""
+        module = self._weights_module()
         if self.config.zero_stage == 3:
             import deepspeed
 
-            params = list(self.module.parameters())
+            params = list(module.parameters())
             with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-                return {
-                    k: v.detach().float().cpu().clone() for k, v in self.module.state_dict().items()
-                }
-        return {k: v.detach().float().cpu().clone() for k, v in self.module.state_dict().items()}
+                return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
+        return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
 
     def save_checkpoint(
         self, directory: str | Path, tag: str, client_state: Mapping[str, Any]
@@ -185,3 +199,31 @@ class DeepSpeedModel:
         if client_state is None:
             raise InvalidConfigError(f"no checkpoint {tag!r} in {directory}")
         return client_state
+
+
+class FrozenDeepSpeedModel:
+    """A forward-only model (the KL reference) under ZeRO-3: its parameters are
+    partitioned like the actor's instead of held whole on every rank.
+
+    Callable like the wrapped module; ``eval`` is a no-op (it never trains).
+    """
+
+    def __init__(self, model: torch.nn.Module, config: DeepSpeedConfig):
+        init_distributed_env()
+        import deepspeed
+
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+        ds_config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "bf16": {"enabled": config.bf16},
+            "zero_optimization": {"stage": 3},
+            "steps_per_print": 1 << 30,
+        }
+        self.engine, *_ = deepspeed.initialize(model=model, config=ds_config)
+        self.engine.eval()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.engine(*args, **kwargs)
+
+    def eval(self) -> None:
+        self.engine.eval()

@@ -14,6 +14,7 @@ so index 0 has logprob 0.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 from dataclasses import asdict, dataclass
@@ -34,6 +35,7 @@ __all__ = [
     "build_tiny_model",
     "qwen2_config",
     "save_pretrained_with_tokenizer",
+    "state_values",
     "token_logprobs",
 ]
 
@@ -197,23 +199,46 @@ class ValueHead(nn.Module):
 
 
 class CriticModel(nn.Module):
-    """A Qwen2 trunk plus a :class:`ValueHead`: per-token values for PPO.
+    """A causal LM's trunk plus a :class:`ValueHead`: per-token values for PPO.
 
-    ``values[b, t]`` is the value of the state after token ``t`` (the same
-    alignment as the trainer's other per-token tensors).
+    :meth:`forward` returns the head's raw output: ``out[b, t]`` has seen
+    tokens ``0..t``, so it is the value of the state *after* token ``t``.
+    The trainer needs ``V(s_t)``, the value of the state in which token ``t``
+    was generated — the output at ``t - 1`` — so it calls
+    :meth:`state_values`, which applies that shift (the same one as
+    logprobs, and verl's ``values[:, -response_length - 1:-1]``).
+
+    The trunk is any Hugging Face base model (``AutoModel``): Qwen2, Llama,
+    Mistral, Gemma...
     """
 
-    def __init__(self, trunk: Qwen2Model):
+    def __init__(self, trunk: nn.Module):
         super().__init__()
         self.trunk = trunk
         self.value_head = ValueHead(trunk.config.hidden_size)
 
     @classmethod
-    def from_policy(cls, policy: Qwen2ForCausalLM) -> CriticModel:
-        """A critic whose trunk starts as a copy of ``policy``'s (the usual PPO init)."""
-        trunk = Qwen2Model(policy.config)
-        trunk.load_state_dict(policy.model.state_dict())
-        return cls(trunk)
+    def from_policy(cls, policy: nn.Module) -> CriticModel:
+        """A critic whose trunk starts as a copy of ``policy``'s (the usual PPO init).
+
+        ``policy`` is any Hugging Face causal LM (its ``get_decoder()`` is the
+        trunk). Call it before the policy is handed to DeepSpeed: under ZeRO-3
+        the policy's parameters are partitioned (empty) afterwards.
+        """
+        decoder = policy.get_decoder() if hasattr(policy, "get_decoder") else None
+        if decoder is None:
+            raise InvalidConfigError(
+                f"CriticModel.from_policy needs a causal LM with get_decoder(); got "
+                f"{type(policy).__name__}"
+            )
+        return cls(copy.deepcopy(decoder))
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike[str]) -> CriticModel:
+        """A critic whose trunk is loaded from a local model directory (``AutoModel``)."""
+        from transformers import AutoModel
+
+        return cls(AutoModel.from_pretrained(str(path), local_files_only=True).float())
 
     @classmethod
     def from_config(cls, config: TinyModelConfig, tokenizer: Any = None) -> CriticModel:
@@ -229,6 +254,20 @@ class CriticModel(nn.Module):
     ) -> torch.Tensor:
         hidden = self.trunk(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.value_head(hidden)
+
+
+def state_values(
+    critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``V(s_t)`` for every token ``t``, ``[B, L]`` float32, token-aligned.
+
+    Index ``t`` is the critic's output at position ``t - 1``: the value of the
+    state in which token ``t`` was generated, before the critic has seen it.
+    Index 0 (no state before the first token) is 0. ``critic`` is a
+    :class:`CriticModel` or anything wrapping one (a DeepSpeed engine).
+    """
+    after = critic(input_ids, attention_mask).float()
+    return torch.nn.functional.pad(after[:, :-1], (1, 0))
 
 
 def token_logprobs(

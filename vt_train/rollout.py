@@ -157,16 +157,33 @@ async def _start(setup: _Setup, r: _Rollout, env_index: int) -> None:
 
 
 def _request(setup: _Setup, r: _Rollout) -> SamplingParams | None:
-    """The next turn's sampling params, or ``None`` (and the trajectory ends
-    truncated) when the context budget leaves no room to generate."""
+    """The next turn's sampling params, or ``None`` when the context budget
+    leaves no room to generate (the caller then ends the episode)."""
     params = replace(setup.sampling, seed=_derive_seed(setup.seed, r.index, r.turns))
     if setup.max_context is None:
         return params
     room = setup.max_context - len(r.input_ids)
     if room < 1:
-        r.done, r.truncated, r.truncation = True, True, "max_context"
         return None
     return replace(params, max_new_tokens=min(params.max_new_tokens, room))
+
+
+async def _end_at_context_limit(setup: _Setup, r: _Rollout, env_index: int) -> None:
+    """The context budget is spent: end the episode through the env, so its
+    truncation shaping, ``reward_parts`` and session close happen as for its
+    own budgets."""
+    obs, reward, terminated, truncated, info = await setup.venv.atruncate_at(
+        env_index, "max_context"
+    )
+    _record_end(r, reward, terminated, truncated, info)
+
+
+def _record_end(r: _Rollout, reward: float, terminated: bool, truncated: bool, info: dict) -> None:
+    r.info = info
+    r.reward += float(reward)
+    r.done, r.terminated, r.truncated = True, bool(terminated), bool(truncated)
+    r.truncation = info.get("truncation")
+    r.reward_parts = dict(info.get("reward_parts", {}))
 
 
 async def _generate(setup: _Setup, r: _Rollout) -> Generation | None:
@@ -194,19 +211,17 @@ async def _step(setup: _Setup, r: _Rollout, env_index: int, generation: Generati
     start = time.perf_counter()
     obs, reward, terminated, truncated, info = await setup.venv.astep_at(env_index, ids)
     r.step_s += time.perf_counter() - start
-    r.info = info
-    r.reward += float(reward)
     for tool_info in info.get("tools") or ([info["tool"]] if "tool" in info else []):
         r.tool_latency_s += float(tool_info.get("latency_s", 0.0))
     if terminated or truncated:
-        r.done, r.terminated, r.truncated = True, bool(terminated), bool(truncated)
-        r.truncation = info.get("truncation")
-        r.reward_parts = dict(info.get("reward_parts", {}))
+        _record_end(r, reward, terminated, truncated, info)
         return
+    r.info = info
+    r.reward += float(reward)
     # The observation is appended only when the policy will read it: at the
-    # context limit the episode stops here, without a trailing unread observation.
+    # context limit the episode ends here, without a trailing unread observation.
     if setup.max_context is not None and len(r.input_ids) + len(obs["tokens"]) >= setup.max_context:
-        r.done, r.truncated, r.truncation = True, True, "max_context"
+        await _end_at_context_limit(setup, r, env_index)
         return
     r.append(obs["tokens"], generated=False)
 
@@ -231,7 +246,9 @@ async def _async_schedule(setup: _Setup, rollouts: list[_Rollout]) -> AsyncItera
             await _start(setup, r, env_index)
             while not r.done:
                 generation = await _generate(setup, r)
-                if generation is not None:
+                if generation is None:
+                    await _end_at_context_limit(setup, r, env_index)
+                else:
                     await _step(setup, r, env_index, generation)
         finally:
             free.put_nowait(env_index)
@@ -256,7 +273,10 @@ async def _sync_schedule(setup: _Setup, rollouts: list[_Rollout]) -> AsyncIterat
         while active:
             generations = await asyncio.gather(*(_generate(setup, r) for _, r in active))
             await asyncio.gather(
-                *(_step(setup, r, i, g) for (i, r), g in zip(active, generations) if g is not None)
+                *(
+                    _step(setup, r, i, g) if g is not None else _end_at_context_limit(setup, r, i)
+                    for (i, r), g in zip(active, generations)
+                )
             )
             for _, r in active:
                 if r.done:

@@ -52,6 +52,14 @@ class MetricsLogger:
                 if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
                     self._writer.add_scalar(key, value, step)
 
+    def truncate_after(self, step: int) -> None:
+        """Drop records logged after ``step`` (a resumed run replays those steps)."""
+        if not self.enabled or not self.path.exists():
+            return
+        lines = self.path.read_text().splitlines()
+        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+        self.path.write_text("".join(f"{line}\n" for line in kept))
+
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()

@@ -5,15 +5,24 @@ One :meth:`Trainer.step` reads top to bottom like the algorithm:
 1. sample ``tasks_per_step`` train tasks (a pure function of ``(seed, step)``,
    so a resumed run draws the same ones) and play ``n`` episodes of each
    through the vector env with the rollout engine (trajectory-level async);
-2. drop all-equal groups if the algorithm filters them (DAPO);
+2. with dynamic sampling (DAPO's ``filter_groups``), drop the groups whose
+   rewards are all equal and play rounds of fresh tasks until the step has
+   ``tasks_per_step`` groups that differ (or ``max_sampling_rounds`` ran out);
 3. old logprobs (recomputed by the trainer's model, or the engine's rollout
-   logprobs), reference logprobs (if KL is on) and values (PPO);
+   logprobs), reference logprobs (if KL is on) and values ``V(s_t)`` (PPO);
 4. advantages from the algorithm's estimator;
 5. ``epochs`` passes of minibatch updates, each minibatch split into
    micro-batches whose losses are normalized by the minibatch-wide counts;
+   DeepSpeed is told where each minibatch's accumulation ends, so every ZeRO
+   stage applies the same update;
 6. push the new weights into the rollout engine and check that its logprobs
-   on a probe now agree with the trainer's (catches stale weights);
-7. log metrics (JSONL + TensorBoard).
+   on a probe agree with the trainer's (a gross gap means stale weights);
+7. log metrics (JSONL + TensorBoard): losses summed over micro-batches and
+   ranks, token-weighted means over every generated token of the step.
+
+Devices: the models live on ``config.device`` (DeepSpeed's device); every
+tensor the trainer builds is created there or moved there before it meets a
+model.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -48,24 +58,38 @@ from vt_train.algorithms import (
     value_loss,
 )
 from vt_train.batch import TrainBatch
-from vt_train.config import TrainConfig, config_to_dict
-from vt_train.ds_engine import DeepSpeedModel
+from vt_train.config import TrainConfig, config_to_dict, resolve_device
+from vt_train.ds_engine import DeepSpeedModel, FrozenDeepSpeedModel
 from vt_train.engines import assert_in_sync, make_engine
 from vt_train.engines.base import SamplingParams
 from vt_train.evaluation import EvalResult, evaluate, summarize
+from vt_train.logprobs import LogprobModel
 from vt_train.model import (
     CriticModel,
     TinyModelConfig,
     build_tiny_model,
     save_pretrained_with_tokenizer,
+    state_values,
 )
 from vt_train.rollout import collect
 from vt_train.run_dir import MetricsLogger, write_transcripts
 from vt_train.trajectory import Trajectory
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "check_same_tokenizer", "sync_tolerances"]
 
 logger = logging.getLogger(__name__)
+
+# Metrics that are masked means over a micro-batch's generated tokens: the
+# step reports their token-weighted mean (not a mean of micro-batch means).
+_TOKEN_MEANS = (
+    "policy/clip_frac",
+    "policy/dual_clip_frac",
+    "policy/approx_kl",
+    "policy/ratio_mean",
+    "policy/seq_ratio_mean",
+    "critic/vf_clip_frac",
+    "critic/values_mean",
+)
 
 
 def _seed_everything(seed: int) -> None:
@@ -85,20 +109,46 @@ def _load_policy(config: TrainConfig, tokenizer: Any) -> torch.nn.Module:
     )
 
 
-def forward_logprobs(
-    model: Any, batch: TrainBatch, temperature: float, *, entropy: bool = False
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Token-aligned ``log_softmax(logits / T)`` of each token (and the
-    per-token entropy of that distribution when asked), ``[B, L]``."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logits = logits[:, :-1].float() / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    picked = logp_all.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    logprobs = torch.nn.functional.pad(picked, (1, 0))
-    ent = None
-    if entropy:
-        ent = torch.nn.functional.pad(-(logp_all.exp() * logp_all).sum(-1), (1, 0))
-    return logprobs, ent
+def check_same_tokenizer(pairs: Sequence[tuple[str, Any]]) -> None:
+    """Raise :class:`InvalidConfigError` unless every named tokenizer encodes alike.
+
+    The env, the rollout engine and the trainer must share one tokenizer: the
+    env's observation ids, the engine's generated ids and the trainer's
+    logprobs all index one vocabulary. Compared: vocabulary size, eos and pad
+    ids, and the ids of a probe text with special tokens, tags and digits.
+    ``None`` entries (an engine without a tokenizer) are skipped.
+    """
+    probe = "<|im_start|>user\n<python>print(12 + 34)</python> héllo<|im_end|>"
+
+    def fingerprint(tokenizer: Any) -> tuple:
+        ids = tuple(tokenizer.encode(probe))
+        return tokenizer.vocab_size, tokenizer.eos_token_id, tokenizer.pad_token_id, ids
+
+    (first_name, first), *rest = pairs
+    for name, tokenizer in rest:
+        if tokenizer is not None and fingerprint(tokenizer) != fingerprint(first):
+            raise InvalidConfigError(
+                f"the {name} tokenizer ({getattr(tokenizer, 'name', tokenizer)!r}) differs from "
+                f"the {first_name} tokenizer ({getattr(first, 'name', first)!r}): vocabulary, "
+                "special ids or encodings disagree, so the ids one produces mean something else "
+                "to the other. Give them the same tokenizer (model.tokenizer, or the model's own)"
+            )
+
+
+def sync_tolerances(config: TrainConfig) -> tuple[float, float]:
+    """``(mean, max)`` logprob gaps past which a weight sync counts as failed.
+
+    By the training dtype unless the config sets them: an fp32 engine and
+    trainer agree to ~1e-5; a bf16 one differs by ~1e-2 on average and ~0.1 on
+    single tokens even when in sync, so only a gross gap (stale or wrong
+    weights) fails.
+    """
+    r = config.rollout
+    mean, high = (0.1, 2.0) if config.deepspeed.bf16 else (1e-3, 5e-2)
+    return (
+        mean if r.sync_mean_tol is None else r.sync_mean_tol,
+        high if r.sync_max_tol is None else r.sync_max_tol,
+    )
 
 
 class Trainer:
@@ -111,20 +161,31 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         torch.set_num_threads(config.torch_threads)
         _seed_everything(config.seed)
+        device = resolve_device(config.device)
+        if device == "cpu":  # DeepSpeed picks CUDA whenever it can see it
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
         self.tokenizer = load_tokenizer(
             config.model.tokenizer or config.init_from or config.model.path
         )
         policy = _load_policy(config, self.tokenizer)
-        self.temperature = config.rollout.temperature or 1.0  # greedy rollouts: score at T=1
+        if config.optim.gradient_checkpointing:
+            policy.gradient_checkpointing_enable()
+        # Every copy of the policy is made before DeepSpeed takes it: under
+        # ZeRO-3 its parameters are partitioned (empty placeholders) afterwards.
+        reference = copy.deepcopy(policy) if self.algo.kl_coef > 0 else None
+        critic = CriticModel.from_policy(policy) if self.algo.use_critic else None
+        engine_kwargs = self._engine_kwargs(policy, device)
+        chunk = config.optim.logprob_chunk_size
         self.actor = DeepSpeedModel(
-            policy,
+            LogprobModel(policy, chunk_size=chunk),
             config.deepspeed,
             lr=config.optim.lr,
             betas=config.optim.betas,
             weight_decay=config.optim.weight_decay,
             warmup_steps=config.optim.warmup_steps,
         )
+        self.device = self.actor.device
         # Data parallel under torchrun: each rank plays its share of the step's
         # tasks, trajectories are all-gathered, and each rank trains on its
         # rows of every minibatch (DeepSpeed all-reduces the gradients).
@@ -139,22 +200,19 @@ class Trainer:
             (self.run_dir / "config.yaml").write_text(
                 yaml.safe_dump(config_to_dict(config), sort_keys=False)
             )
-        self.reference = None
-        if self.algo.kl_coef > 0:
-            self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.reference = (
+            None if reference is None else self._frozen(LogprobModel(reference, chunk_size=chunk))
+        )
         self.critic = None
-        if self.algo.use_critic:
+        if critic is not None:
             self.critic = DeepSpeedModel(
-                CriticModel.from_policy(policy),
+                critic,
                 config.deepspeed,
                 lr=config.optim.critic_lr,
                 weight_decay=config.optim.weight_decay,
                 warmup_steps=config.optim.warmup_steps,
             )
-        self.engine = make_engine(
-            config.rollout.engine,
-            **self._engine_kwargs(policy),
-        )
+        self.engine = make_engine(config.rollout.engine, **engine_kwargs)
 
         env_kwargs = dict(config.env.kwargs)
         batch = config.rollout.tasks_per_step // self.world * config.rollout.n
@@ -176,6 +234,13 @@ class Trainer:
                 for _ in range(eval_width)
             ]
         )
+        check_same_tokenizer(
+            [
+                ("trainer", self.tokenizer),
+                ("env", self.train_env.envs[0].unwrapped.tokenizer),
+                ("rollout engine", getattr(self.engine, "tokenizer", None)),
+            ]
+        )
         self.train_task_ids = self.train_env.envs[0].unwrapped.tasks.ids()
         eval_ids = self.eval_env.envs[0].unwrapped.tasks.ids()
         self.eval_task_ids = eval_ids[: config.env.eval_episodes]
@@ -186,23 +251,36 @@ class Trainer:
         self.step_index = 0
         self.updates = 0
 
-    def _engine_kwargs(self, policy: torch.nn.Module) -> dict[str, Any]:
+    def _frozen(self, model: LogprobModel) -> Any:
+        """A model that only runs forward (the reference): on the device, in the
+        training dtype; under ZeRO-3 sharded by a DeepSpeed engine of its own."""
+        model = model.eval().requires_grad_(False)
+        ds = self.config.deepspeed
+        if ds.zero_stage == 3:
+            return FrozenDeepSpeedModel(model, ds)
+        return model.to(device=self.device, dtype=torch.bfloat16 if ds.bf16 else torch.float32)
+
+    def _engine_kwargs(self, policy: torch.nn.Module, device: str) -> dict[str, Any]:
         kwargs = dict(self.config.rollout.engine_kwargs)
         if self.config.rollout.engine == "hf":
             kwargs.setdefault("model", copy.deepcopy(policy))
             kwargs.setdefault("tokenizer", self.tokenizer)
             kwargs.setdefault("seed", self.config.seed)
+            kwargs.setdefault("device", device)
         elif self.config.rollout.engine == "vllm":
             path = self.run_dir / "weights" / "initial"
-            save_pretrained_with_tokenizer(policy, self.config.model.tokenizer, path)
+            # The policy's own tokenizer files: vLLM detokenizes (stop strings) with them.
+            save_pretrained_with_tokenizer(policy, self.tokenizer, path)
             kwargs.setdefault("model_path", str(path))
             kwargs.setdefault("tokenizer", self.tokenizer)
         return kwargs
 
     # ------------------------------------------------------------ rollouts
 
-    def _sample_tasks(self, step: int) -> list[str]:
-        rng = np.random.default_rng([self.config.seed, step])
+    def _sample_tasks(self, step: int, round_: int = 0) -> list[str]:
+        # Round 0 keeps the seed stream of earlier versions; later rounds are new streams.
+        key = [self.config.seed, step] if round_ == 0 else [self.config.seed, step, round_]
+        rng = np.random.default_rng(key)
         picks = rng.choice(
             len(self.train_task_ids),
             size=self.config.rollout.tasks_per_step,
@@ -256,36 +334,48 @@ class Trainer:
 
     # -------------------------------------------------------------- update
 
+    def _logprobs(
+        self, model: Any, mb: TrainBatch, *, entropy: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logprobs (and entropy) of ``mb``'s generated tokens under ``model``, ``[B, L]``."""
+        return model(
+            mb.input_ids,
+            mb.attention_mask,
+            positions=mb.loss_mask,
+            temperature=self.temperature,
+            entropy=entropy,
+        )
+
+    @property
+    def temperature(self) -> float:
+        return self.config.rollout.temperature or 1.0  # greedy rollouts: score at T=1
+
     @torch.no_grad()
     def _prepare(self, batch: TrainBatch) -> tuple[TrainBatch, dict[str, float]]:
         """Attach old/ref logprobs, values, advantages and returns to ``batch``."""
         cfg, algo = self.config, self.algo
+        batch = batch.to(self.device)
         mask = batch.loss_mask
+        chunks = batch.split(cfg.optim.micro_batch_size, trim=False)
         extras: dict[str, torch.Tensor] = {}
         self.actor.eval()
         if cfg.rollout.logprobs == "recompute":
-            old = torch.cat(
-                [
-                    forward_logprobs(self.actor, mb, self.temperature)[0]
-                    for mb in batch.split(cfg.optim.micro_batch_size, trim=False)
-                ]
-            )
+            old = torch.cat([self._logprobs(self.actor, mb)[0] for mb in chunks])
         else:
             old = batch.rollout_logprobs
         extras["old_logprobs"] = old * mask
+        gap = (old - batch.rollout_logprobs) * mask
         metrics = {
-            "rollout/logprob_abs_diff": float(
-                masked_mean((old - batch.rollout_logprobs).abs(), mask)
-            )
+            "rollout/logprob_abs_diff": float(masked_mean(gap.abs(), mask)),
+            "rollout/logprob_max_abs_diff": float(gap.abs().max()) if mask.any() else 0.0,
         }
+        is_weights, is_metrics = _rollout_is_weights(gap, mask, algo)
+        metrics.update(is_metrics)
+        if is_weights is not None:
+            extras["is_weights"] = is_weights
         token_rewards = None
         if self.reference is not None:
-            ref = torch.cat(
-                [
-                    forward_logprobs(self.reference, mb, self.temperature)[0]
-                    for mb in batch.split(cfg.optim.micro_batch_size, trim=False)
-                ]
-            )
+            ref = torch.cat([self._logprobs(self.reference, mb)[0] for mb in chunks])
             extras["ref_logprobs"] = ref
             if algo.kl_in_reward:
                 token_rewards = kl_token_rewards(old, ref, mask, algo)
@@ -293,11 +383,8 @@ class Trainer:
         if self.critic is not None:
             self.critic.eval()
             values = torch.cat(
-                [
-                    self.critic(mb.input_ids, mb.attention_mask)
-                    for mb in batch.split(cfg.optim.micro_batch_size, trim=False)
-                ]
-            ).float()
+                [state_values(self.critic, mb.input_ids, mb.attention_mask) for mb in chunks]
+            )
             extras["old_values"] = values
         advantages, returns = ADVANTAGES.get(algo.advantage)(
             batch.rewards, mask, batch.group_ids, algo, values=values, token_rewards=token_rewards
@@ -306,10 +393,10 @@ class Trainer:
         metrics["rollout/advantage_abs_mean"] = float(masked_mean(advantages.abs(), mask))
         return batch.with_extras(**extras), metrics
 
-    def _gather(self, local: list[Trajectory]) -> list[Trajectory]:
+    def _gather(self, local: list[Trajectory], tasks_per_step: int) -> list[Trajectory]:
         """All ranks' trajectories in global task-major order, group id = global task index.
 
-        Rank ``r`` played tasks ``r, r + world, ...`` of the step, ``n`` samples each.
+        Rank ``r`` played tasks ``r, r + world, ...`` of the round, ``n`` samples each.
         """
         n = self.config.rollout.n
         shares = [local]
@@ -319,31 +406,41 @@ class Trainer:
             shares = [None] * self.world
             dist.all_gather_object(shares, local)
         trajectories = []
-        for task in range(self.config.rollout.tasks_per_step):
+        for task in range(tasks_per_step):
             rank, k = task % self.world, task // self.world
             for trajectory in shares[rank][k * n : (k + 1) * n]:
                 trajectory.group_id = task
                 trajectories.append(trajectory)
         return trajectories
 
-    def _dummy_backward(self) -> None:
+    def _dummy_backward(self, boundary: bool) -> None:
         """A zero-gradient backward, so a rank with no rows joins the all-reduce."""
-        ids = torch.full((1, 1), self.tokenizer.pad_token_id)
-        self.actor.backward(self.actor(input_ids=ids).logits.float().sum() * 0.0)
+        ids = torch.full((1, 2), self.tokenizer.pad_token_id, device=self.device)
+        ones = torch.ones_like(ids)
+        logprobs, _ = self.actor(ids, ones, positions=ones)
+        self.actor.backward(logprobs.sum() * 0.0, boundary=boundary)
         if self.critic is not None:
-            self.critic.backward(self.critic(ids).float().sum() * 0.0)
+            self.critic.backward(self.critic(ids).float().sum() * 0.0, boundary=boundary)
 
-    def _micro_step(self, mb: TrainBatch, norm: Mapping[str, float]) -> dict[str, float]:
+    def _micro_step(
+        self, mb: TrainBatch, norm: Mapping[str, float], *, boundary: bool
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """Forward and backward one micro-batch; returns ``(sums, token_sums)``:
+        its share of the minibatch losses, and masked means times its token count."""
         algo = self.algo
         mask = mb.loss_mask
-        logprobs, entropy = forward_logprobs(self.actor, mb, self.temperature, entropy=True)
+        want_entropy = algo.entropy_coef > 0 or self.config.optim.log_entropy
+        logprobs, entropy = self._logprobs(self.actor, mb, entropy=want_entropy)
         loss_mat, pg_metrics = POLICY_LOSSES.get(algo.policy_loss)(
             logprobs, mb.extras["old_logprobs"], mb.extras["advantages"], mask, algo
         )
+        if "is_weights" in mb.extras:
+            loss_mat = loss_mat * mb.extras["is_weights"]
         agg = dict(num_tokens=norm["num_tokens"], num_seqs=norm["num_seqs"], config=algo)
         loss = aggregate(loss_mat, mask, algo.loss_agg, **agg)
-        metrics = {k: float(v) for k, v in pg_metrics.items()}
-        metrics["policy/pg_loss"] = float(loss.detach())
+        tokens = float((mask > 0).sum())
+        sums = {"policy/pg_loss": float(loss.detach())}
+        token_sums = {k: float(v) * tokens for k, v in pg_metrics.items()}
         if self.reference is not None and not algo.kl_in_reward:
             kl = aggregate(
                 kl_penalty(logprobs, mb.extras["ref_logprobs"], mask, algo),
@@ -352,32 +449,34 @@ class Trainer:
                 **agg,
             )
             loss = loss + algo.kl_coef * kl
-            metrics["policy/kl_ref"] = float(kl.detach())
-        ent = aggregate(entropy, mask, algo.loss_agg, **agg)
-        if algo.entropy_coef:
-            loss = loss - algo.entropy_coef * ent
-        else:
-            ent = ent.detach()
-        metrics["policy/entropy"] = float(ent.detach())
+            sums["policy/kl_ref"] = float(kl.detach())
+        if entropy is not None:
+            ent = aggregate(entropy, mask, algo.loss_agg, **agg)
+            if algo.entropy_coef:
+                loss = loss - algo.entropy_coef * ent
+            sums["policy/entropy"] = float(ent.detach())
         # DeepSpeed averages gradients over ranks; the loss is normalized by
         # the global counts, so scale by the world size to get their sum.
-        self.actor.backward(loss * self.world)
+        self.actor.backward(loss * self.world, boundary=boundary)
         if self.critic is not None:
-            values = self.critic(mb.input_ids, mb.attention_mask).float()
+            values = state_values(self.critic, mb.input_ids, mb.attention_mask)
             v_mat, v_metrics = value_loss(
                 values, mb.extras["old_values"], mb.extras["returns"], mask, algo
             )
             v_loss = algo.vf_coef * aggregate(v_mat, mask, algo.loss_agg, **agg)
-            self.critic.backward(v_loss * self.world)
-            metrics["critic/vf_loss"] = float(v_loss.detach())
-            metrics.update({k: float(v) for k, v in v_metrics.items()})
-        return metrics
+            self.critic.backward(v_loss * self.world, boundary=boundary)
+            sums["critic/vf_loss"] = float(v_loss.detach())
+            token_sums.update({k: float(v) * tokens for k, v in v_metrics.items()})
+        token_sums["_tokens"] = tokens
+        return sums, token_sums
 
     def _update(self, batch: TrainBatch) -> dict[str, float]:
         cfg = self.config
         generator = torch.Generator().manual_seed(cfg.seed * 7919 + self.step_index)
         sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
+        token_sums: dict[str, float] = {}
+        grad_norms: list[float] = []
+        minibatches = 0
         self.actor.train()
         if self.critic is not None:
             self.critic.train()
@@ -392,71 +491,131 @@ class Trainer:
                 micro = rows.split(cfg.optim.micro_batch_size) if len(rows) else []
                 # every rank runs as many backward passes (each one all-reduces)
                 per_rank = -(-len(minibatch) // self.world)
-                for i in range(-(-per_rank // cfg.optim.micro_batch_size)):
+                passes = -(-per_rank // cfg.optim.micro_batch_size)
+                for i in range(passes):
+                    boundary = i == passes - 1
                     if i >= len(micro):
-                        self._dummy_backward()
+                        self._dummy_backward(boundary)
                         continue
-                    for key, value in self._micro_step(micro[i], norm).items():
-                        sums[key] = sums.get(key, 0.0) + value
-                        counts[key] = counts.get(key, 0) + 1
-                grad_norm = self.actor.step(self.updates)
+                    part, part_tokens = self._micro_step(micro[i], norm, boundary=boundary)
+                    _add(sums, part)
+                    _add(token_sums, part_tokens)
+                grad_norms.append(self.actor.step(self.updates))
                 if self.critic is not None:
                     self.critic.step(self.updates)
                 self.updates += 1
-                sums["policy/grad_norm"] = sums.get("policy/grad_norm", 0.0) + grad_norm
-                counts["policy/grad_norm"] = counts.get("policy/grad_norm", 0) + 1
-        return {k: sums[k] / counts[k] for k in sums}
+                minibatches += 1
+        sums = _all_reduce_sums(sums, self.world, self.device)
+        token_sums = _all_reduce_sums(token_sums, self.world, self.device)
+        tokens = max(token_sums.pop("_tokens", 0.0), 1.0)
+        metrics = {k: v / minibatches for k, v in sums.items()}  # a minibatch's loss, on average
+        metrics.update({k: v / tokens for k, v in token_sums.items()})
+        metrics["policy/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+        return metrics
+
+    @torch.no_grad()
+    def _reference_logprobs(
+        self, sequences: Sequence[Sequence[int]], temperature: float
+    ) -> list[list[float]]:
+        """The trainer's ``log p(token_t | tokens_<t)`` of each probe sequence, t >= 1."""
+        self.actor.eval()
+        out = []
+        for seq in sequences:
+            ids = torch.tensor([list(seq)], device=self.device)
+            ones = torch.ones_like(ids)
+            logprobs, _ = self.actor(ids, ones, positions=ones, temperature=temperature)
+            out.append(logprobs[0, 1:].float().tolist())
+        return out
 
     def _sync_weights(self, probe: Sequence[Sequence[int]]) -> dict[str, float]:
-        """Push the actor's weights into the rollout engine, then check agreement."""
+        """Push the actor's weights into the rollout engine, then compare logprobs."""
         state = self.actor.full_state_dict()
         self.engine.load_weights(state)
-        tol = self.config.rollout.sync_check_tol
-        if tol is None or not probe:
+        if not self.config.rollout.sync_check or not probe:
             return {}
-        model = self.actor.module
-
-        @torch.no_grad()
-        def reference(seqs: Sequence[Sequence[int]], temperature: float) -> list[list[float]]:
-            model.eval()
-            out = []
-            for seq in seqs:
-                ids = torch.tensor([list(seq)])
-                logits = model(input_ids=ids).logits[0, :-1].float() / temperature
-                lp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
-                out.append(lp.tolist())
-            return out
-
+        mean_tol, max_tol = sync_tolerances(self.config)
         # At temperature 1: the check is about the weights, and vLLM scores only at T=1.
-        result = assert_in_sync(self.engine, reference, probe, 1.0, tol=tol)
-        return {"sync/max_abs_logprob_diff": result["max_abs_diff"]}
+        result = assert_in_sync(
+            self.engine, self._reference_logprobs, probe, 1.0, tol=max_tol, mean_tol=mean_tol
+        )
+        return {
+            "sync/max_abs_logprob_diff": result["max_abs_diff"],
+            "sync/mean_abs_logprob_diff": result["mean_abs_diff"],
+        }
 
     # ---------------------------------------------------------------- loop
 
-    def rollout(self) -> list[Trajectory]:
-        """Play this step's tasks (this rank's share) and gather every rank's trajectories."""
+    def _play(self, tasks: Sequence[str], round_: int) -> list[Trajectory]:
         cfg = self.config
-        tasks = self._sample_tasks(self.step_index)
         local = run_sync(
             collect(
                 self.engine,
                 self.train_env,
-                tasks[self.rank :: self.world],
+                list(tasks[self.rank :: self.world]),
                 n_samples=cfg.rollout.n,
                 sampling=self._sampling(),
-                seed=cfg.seed * 100_003 + self.step_index * 1_009 + self.rank,
+                seed=cfg.seed * 100_003 + self.step_index * 1_009 + self.rank + round_ * 7_919,
                 mode=cfg.rollout.mode,
                 max_context=cfg.rollout.max_context,
             ),
             method="Trainer.rollout",
             async_method="vt_train.rollout.collect",
         )
-        return self._gather(local)
+        return self._gather(local, len(tasks))
+
+    def rollout(self) -> list[Trajectory]:
+        """Play this step's tasks (this rank's share) and gather every rank's trajectories.
+
+        With dynamic sampling (``filter_groups``), further rounds of fresh
+        tasks are played until ``tasks_per_step`` groups have differing
+        rewards (at most ``rollout.max_sampling_rounds`` rounds); the result
+        then holds those groups only (and fewer if the rounds ran out; if none
+        differ, the first round's trajectories, which :meth:`learn` logs but
+        does not train on).
+        """
+        cfg = self.config
+        trajectories = first = self._play(self._sample_tasks(self.step_index), 0)
+        if not self.algo.filter_groups:
+            return trajectories
+        n, target = cfg.rollout.n, cfg.rollout.tasks_per_step
+        kept: list[list[Trajectory]] = []
+        self.sampling_rounds = 1
+        while True:
+            for g in range(len(trajectories) // n):
+                group = trajectories[g * n : (g + 1) * n]
+                if len({t.reward for t in group}) > 1 and len(kept) < target:
+                    kept.append(group)
+            if len(kept) >= target or self.sampling_rounds >= cfg.rollout.max_sampling_rounds:
+                break
+            trajectories = self._play(
+                self._sample_tasks(self.step_index, self.sampling_rounds), self.sampling_rounds
+            )
+            self.sampling_rounds += 1
+        if not kept:
+            return first
+        for group_id, group in enumerate(kept):
+            for trajectory in group:
+                trajectory.group_id = group_id
+        return [t for group in kept for t in group]
+
+    def _shape_truncated(self, trajectories: list[Trajectory]) -> dict[str, float]:
+        """Apply ``rollout.truncated`` to truncated episodes; returns its metrics."""
+        mode = self.config.rollout.truncated
+        truncated = [t for t in trajectories if t.truncated]
+        for t in truncated:
+            if mode == "mask":
+                t.loss_mask = [0] * len(t.loss_mask)
+            elif mode == "penalty":
+                t.reward -= self.config.rollout.truncation_penalty
+        return {"rollout/truncated_share": len(truncated) / max(len(trajectories), 1)}
 
     def learn(self, trajectories: list[Trajectory]) -> dict[str, float]:
         """Update the policy (and critic) on ``trajectories``; push the new weights."""
         cfg, algo = self.config, self.algo
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
+        if getattr(self, "sampling_rounds", None):
+            metrics["rollout/sampling_rounds"] = float(self.sampling_rounds)
+        metrics.update(self._shape_truncated(trajectories))
         batch = TrainBatch.from_trajectories(trajectories, pad_token_id=self.tokenizer.pad_token_id)
         keep = group_filter_mask(batch.rewards, batch.group_ids)
         metrics["rollout/all_equal_group_share"] = 1.0 - float(keep.float().mean())
@@ -464,7 +623,7 @@ class Trainer:
             batch = (
                 batch.select(torch.nonzero(keep).flatten(), normalize=True) if keep.any() else None
             )
-        if batch is not None and len(batch):
+        if batch is not None and len(batch) and batch.num_tokens:
             batch, prep_metrics = self._prepare(batch)
             metrics.update({**prep_metrics, **self._update(batch)})
             probe = [t.input_ids[: cfg.rollout.max_context] for t in trajectories[:2]]
@@ -472,13 +631,18 @@ class Trainer:
         return metrics
 
     def step(self) -> dict[str, float]:
-        """One RL step (:meth:`rollout` then :meth:`learn`); returns its metrics (also logged)."""
+        """One RL step (:meth:`rollout` then :meth:`learn`); returns its metrics (also logged).
+
+        ``metrics["step"]`` is the number of steps done, the same step the
+        record is logged under.
+        """
         t0 = time.perf_counter()
         trajectories = self.rollout()
         t1 = time.perf_counter()
         metrics = self.learn(trajectories)
         t2 = time.perf_counter()
         tokens = sum(len(t.input_ids) for t in trajectories)
+        self.step_index += 1
         metrics.update(
             {
                 "step": self.step_index,
@@ -488,7 +652,6 @@ class Trainer:
                 "perf/rollout_tokens_per_s": tokens / max(t1 - t0, 1e-9),
             }
         )
-        self.step_index += 1
         self.metrics.log(metrics, step=self.step_index)
         return metrics
 
@@ -516,10 +679,7 @@ class Trainer:
         state = self.actor.full_state_dict()  # collective under ZeRO-3
         if self.is_main:
             save_pretrained_with_tokenizer(
-                self.actor.module,
-                self.config.model.tokenizer,
-                self.run_dir / "final",
-                state_dict=state,
+                self.actor.module.lm, self.tokenizer, self.run_dir / "final", state_dict=state
             )
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         self.metrics.close()
@@ -546,6 +706,7 @@ class Trainer:
         return directory / "actor" / tag
 
     def load_checkpoint(self, tag: str | None = None) -> None:
+        """Restore a checkpoint; metrics logged after it (by the interrupted run) are dropped."""
         directory = self.run_dir / "checkpoints"
         tag = tag or (directory / "latest").read_text().strip()
         state = self.actor.load_checkpoint(directory / "actor", tag)
@@ -555,12 +716,53 @@ class Trainer:
         random.setstate(state["rng_python"])
         np.random.set_state(state["rng_numpy"])
         torch.set_rng_state(state["rng_torch"])
+        self.metrics.truncate_after(self.step_index)
         self.engine.load_weights(self.actor.full_state_dict())
 
     def close(self) -> None:
         self.train_env.close()
         self.eval_env.close()
         run_sync(self.engine.aclose(), method="Trainer.close", async_method="engine.aclose")
+
+
+def _rollout_is_weights(
+    gap: torch.Tensor, mask: torch.Tensor, algo: Any
+) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """Truncated importance weights ``min(p_trainer / p_rollout, cap)`` (token or sequence
+    level, ``algo.rollout_is``), and their metrics, which are logged either way."""
+    m = mask > 0
+    token = torch.exp(gap.clamp(max=20.0))
+    seq = torch.exp((gap * m).sum(-1).clamp(max=20.0))
+    metrics = {
+        "rollout/is_token_weight_mean": float(masked_mean(token, m)),
+        "rollout/is_token_clip_frac": float(masked_mean((token > algo.rollout_is_cap).float(), m)),
+    }
+    if algo.rollout_is is None:
+        return None, metrics
+    if algo.rollout_is == "token":
+        weights = token.clamp(max=algo.rollout_is_cap)
+    else:
+        weights = seq.clamp(max=algo.rollout_is_cap)[:, None].expand_as(gap)
+    return torch.where(m, weights, 0.0), metrics
+
+
+def _add(into: dict[str, float], values: Mapping[str, float]) -> None:
+    for key, value in values.items():
+        into[key] = into.get(key, 0.0) + value
+
+
+def _all_reduce_sums(sums: dict[str, float], world: int, device: torch.device) -> dict[str, float]:
+    """``sums`` added over every rank (keys the union of all ranks')."""
+    if world == 1:
+        return dict(sums)
+    import torch.distributed as dist
+
+    keys: list[list[str]] = [None] * world  # type: ignore[list-item]
+    dist.all_gather_object(keys, sorted(sums))
+    union = sorted({k for ks in keys for k in ks})
+    values = torch.tensor([sums.get(k, 0.0) for k in union], dtype=torch.float64, device=device)
+    dist.all_reduce(values)
+    return dict(zip(union, values.cpu().tolist()))
 
 
 def _dist_rank_world() -> tuple[int, int]:

@@ -470,6 +470,24 @@ class ToolEnv(gym.Env[dict, str]):
             f"format={self.observation_format!r}>"
         )
 
+    async def atruncate(
+        self, reason: str
+    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """End the running episode now, truncated for ``reason`` (a budget the
+        caller keeps, such as a trainer's context limit).
+
+        Returns the final step's ``(observation, reward, terminated, truncated,
+        info)``, exactly as when one of the env's own budgets runs out: the
+        sessions are closed, shaping (``missing_answer_penalty``...) applies,
+        and ``info`` has ``reward_parts`` and ``truncation == reason``.
+        """
+        self._ensure_running()
+        return await self._finish(None, None, truncated=True, reason=reason)
+
+    def truncate(self, reason: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """Sync twin of :meth:`atruncate`."""
+        return run_sync(self.atruncate(reason), method="truncate", async_method="atruncate")
+
     async def _abandon_episode(self) -> None:
         """End the running episode without a result, closing its sessions (a vector
         env does this to a sub-env whose step raised)."""
@@ -700,7 +718,7 @@ class ToolEnv(gym.Env[dict, str]):
 
     async def _finish(
         self,
-        parse: ParseResult,
+        parse: ParseResult | None,
         score: Score | None,
         *,
         truncated: bool,

@@ -123,6 +123,17 @@ class ToolVectorEnv(VectorEnv):
         self._last_obs[index] = result[0]
         return result
 
+    async def atruncate_at(self, index: int, reason: str) -> StepResult:
+        """End sub-env ``index``'s episode as truncated (see ``ToolEnv.atruncate``)."""
+        if self._episode_over[index]:
+            raise ResetNeededError(
+                f"sub-env {index} has no running episode; await areset_at({index}) first"
+            )
+        result = await self.envs[index].unwrapped.atruncate(reason)
+        self._episode_over[index] = True
+        self._last_obs[index] = result[0]
+        return result
+
     # ------------------------------------------------------- batch async API
 
     async def areset(

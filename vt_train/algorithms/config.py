@@ -61,6 +61,13 @@ class AlgorithmConfig:
             deliberately not a default: it would make the loss scale depend
             on the batch.
         adv_eps: added to standard deviations before dividing.
+        rollout_is: truncated importance sampling between the rollout engine
+            and the trainer (the engine samples with its own numerics, so
+            its logprobs differ from the trainer's): ``None`` (off),
+            ``"token"`` (each token's loss times ``min(exp(old - rollout),
+            cap)``) or ``"sequence"`` (the trajectory's product of ratios,
+            capped, on all its tokens). The gap is logged either way.
+        rollout_is_cap: the cap of those weights.
     """
 
     advantage: str = "grpo"
@@ -83,6 +90,8 @@ class AlgorithmConfig:
     whiten_advantages: bool = False
     loss_norm_tokens: int | None = None
     adv_eps: float = 1e-6
+    rollout_is: str | None = None
+    rollout_is_cap: float = 2.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -152,6 +161,11 @@ class AlgorithmConfig:
              "constant",
              "set it to the generation budget (max new tokens per trajectory), "
              "e.g. loss_norm_tokens=1024"),
+            (self.rollout_is in (None, "token", "sequence"), "rollout_is",
+             "truncated importance sampling is per token or per sequence",
+             "use None (off), 'token' or 'sequence'"),
+            (self.rollout_is_cap >= 1, "rollout_is_cap",
+             "the weights are capped above at a value >= 1", "use e.g. 2.0"),
         ]  # fmt: skip
         for holds, name, reason, fix in checks:
             if not holds:

@@ -40,6 +40,8 @@ KL_ESTIMATORS: Registry[KLEstimator] = Registry("KL estimator")
 # meaningless anyway; clamping only changes tokens the policy already
 # considers (near-)impossible under one of the two models.
 _MAX_LOG_RATIO = 20.0
+#: The largest per-token k3 value (verl clamps its low-variance KL at 10 too).
+MAX_K3 = 10.0
 
 
 @KL_ESTIMATORS.register("k1")
@@ -57,9 +59,11 @@ def k2(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
 @KL_ESTIMATORS.register("k3")
 def k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """``pi_ref / pi - log(pi_ref / pi) - 1``: >= 0, and 0 exactly where the
-    two logprobs are equal."""
+    two logprobs are equal; clamped at :data:`MAX_K3` (as verl's
+    ``low_var_kl``), since one token the policy has made near-impossible under
+    the reference would otherwise dominate the whole batch's penalty."""
     log_ratio = (ref_logprobs - logprobs).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-    return torch.expm1(log_ratio) - log_ratio
+    return (torch.expm1(log_ratio) - log_ratio).clamp(max=MAX_K3)
 
 
 def kl_penalty(

@@ -57,6 +57,7 @@ POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 # far outside any clip range, so its gradient is zero either way; the clamp
 # only keeps exp() finite.
 _MAX_LOG_RATIO = 20.0
+_MAX_SEQ_LOG_RATIO = 10.0
 
 
 def _sanitize(mask: Tensor, *tensors: Tensor) -> tuple[Tensor, ...]:
@@ -142,6 +143,9 @@ def gspo(
     logprobs, old_logprobs, advantages = _sanitize(mask, logprobs, old_logprobs, advantages)
     m = mask > 0
     seq_log_ratio = masked_mean(logprobs - old_logprobs, m, dim=-1)  # [B]
+    # Clamped as verl does (at 10): a length-normalized log-ratio that large is
+    # far outside any clip range, so only exp()'s overflow is prevented.
+    seq_log_ratio = seq_log_ratio.clamp(max=_MAX_SEQ_LOG_RATIO)
     token_log_ratio = seq_log_ratio.detach()[:, None] + logprobs - logprobs.detach()
     ratio = torch.exp(token_log_ratio.clamp(max=_MAX_LOG_RATIO))
     loss, clipped = _clipped_objective(ratio, advantages, config)

@@ -1,0 +1,112 @@
+"""Token log-probabilities without a full ``[B, L, V]`` logits tensor.
+
+A causal LM's logits over a long context and a large vocabulary dominate a
+training step's memory: ``B x L x V`` in fp32 is about 20 GB for a 7B
+model's micro-batch of 4 x 8192 tokens over 152k ids, before
+``log_softmax`` copies it. The trainer needs the logprob (and, for logging
+or an entropy bonus, the entropy) of the *generated* tokens only.
+
+:class:`LogprobModel` wraps a Hugging Face causal LM. Its forward runs the
+decoder, keeps the hidden states of the requested positions, and applies the
+LM head to them in chunks of ``chunk_size`` positions; under autograd each
+chunk runs inside ``torch.utils.checkpoint``, so its ``[chunk, V]`` logits
+are freed after the forward and recomputed one chunk at a time in the
+backward. Peak logits memory is one chunk, not the batch.
+
+It is the module handed to DeepSpeed (so ZeRO-3's parameter hooks see every
+call), and its ``state_dict`` keys are the wrapped model's (the ``lm.``
+prefix is hidden), so weight syncs and exports see plain Hugging Face names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+__all__ = ["LogprobModel"]
+
+
+def _head(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = head(hidden).float() / temperature  # [chunk, V], freed after this call
+    lse = torch.logsumexp(logits, dim=-1)
+    picked = logits.gather(-1, targets[:, None])[:, 0] - lse
+    if not entropy:
+        return picked, torch.zeros_like(picked)
+    probs = torch.softmax(logits, dim=-1)
+    return picked, lse - (probs * logits).sum(-1)
+
+
+class LogprobModel(nn.Module):
+    """A causal LM whose forward returns per-token logprobs (and entropy), ``[B, L]``.
+
+    ``forward(input_ids, attention_mask, positions=None, temperature=1.0,
+    entropy=False)``: index ``t`` of the result is ``log p(token_t |
+    tokens_<t)`` under ``softmax(logits / temperature)`` (the logits at
+    ``t - 1``); index 0 and every position where ``positions`` is 0 hold 0.
+    ``positions`` (``[B, L]``, e.g. the loss mask) selects where to compute;
+    ``None`` means every real token (``attention_mask``). With ``entropy``
+    the second result is the entropy of that distribution at the same
+    positions, else ``None``.
+
+    Args:
+        lm: the causal LM (``get_decoder()`` and ``get_output_embeddings()``,
+            as every Hugging Face ``*ForCausalLM`` has).
+        chunk_size: positions per LM-head chunk.
+    """
+
+    def __init__(self, lm: nn.Module, *, chunk_size: int = 1024):
+        super().__init__()
+        self.lm = lm
+        self.chunk_size = chunk_size
+
+    @property
+    def config(self) -> Any:
+        return self.lm.config
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        positions: torch.Tensor | None = None,
+        temperature: float = 1.0,
+        entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        hidden = self.lm.get_decoder()(
+            input_ids=input_ids, attention_mask=attention_mask
+        ).last_hidden_state
+        select = positions if positions is not None else attention_mask
+        where = (
+            select[:, 1:] != 0
+            if select is not None
+            else torch.ones_like(input_ids[:, 1:], dtype=torch.bool)
+        )
+        picked_hidden = hidden[:, :-1][where]  # [N, H]
+        targets = input_ids[:, 1:][where]
+        head = self.lm.get_output_embeddings()
+        pieces, entropies = [], []
+        for start in range(0, targets.shape[0], self.chunk_size):
+            h = picked_hidden[start : start + self.chunk_size]
+            t = targets[start : start + self.chunk_size]
+            if torch.is_grad_enabled():
+                lp, ent = checkpoint(_head, head, h, t, temperature, entropy, use_reentrant=False)
+            else:
+                lp, ent = _head(head, h, t, temperature, entropy)
+            pieces.append(lp)
+            entropies.append(ent)
+        logprobs = hidden.new_zeros(input_ids.shape, dtype=torch.float32)
+        ent_out = logprobs.clone() if entropy else None
+        if pieces:
+            logprobs[:, 1:][where] = torch.cat(pieces)
+            if ent_out is not None:
+                ent_out[:, 1:][where] = torch.cat(entropies)
+        return logprobs, ent_out
+
+    # The wrapped model's parameter names, so syncs and exports see HF names.
+    def lm_state_dict(self) -> dict[str, torch.Tensor]:
+        return self.lm.state_dict()
