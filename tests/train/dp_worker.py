@@ -20,21 +20,21 @@ from vt_train.engines import ScriptedEngine
 from vt_train.trainer import Trainer
 
 
-def main(out: Path) -> None:
+def main(out: Path, extra: list[str]) -> None:
     torch.set_num_threads(1)
-    trainer = Trainer(load_config(None, [*DP_OVERRIDES, f"output_dir={out / 'run'}"]))
+    trainer = Trainer(load_config(None, [*DP_OVERRIDES, f"output_dir={out / 'run'}", *extra]))
     policy = ScriptedLookupPolicy()
     trainer.engine = ScriptedEngine(
         policy, eos_token_id=policy.tok.eos_token_id, tokenizer=policy.tok
     )
     trajectories = trainer.rollout()
     metrics = trainer.learn(trajectories)
+    state = trainer.actor.full_state_dict()  # a collective under ZeRO-3
     if trainer.is_main:
-        state = {k: v.detach().clone() for k, v in trainer.actor.module.state_dict().items()}
         payload = {"world": trainer.world, "trajectories": trajectories, "metrics": metrics}
         (out / "dp.pkl").write_bytes(pickle.dumps({**payload, "state": state}))
     trainer.close()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2:])

@@ -46,7 +46,9 @@ def test_overrides_are_typed_and_nested():
 
 def test_dr_grpo_gets_its_constant_normalizer_from_the_trajectory_budget():
     # one constant per trajectory (its token budget), not the per-turn budget
-    config = load_config(None, ["algo=dr_grpo", "rollout.max_new_tokens=48", "rollout.max_context=600"])
+    config = load_config(
+        None, ["algo=dr_grpo", "rollout.max_new_tokens=48", "rollout.max_context=600"]
+    )
     assert config.algorithm_config().loss_norm_tokens == 600
 
 
