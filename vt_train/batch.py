@@ -90,23 +90,28 @@ class TrainBatch:
         width = max(max(lengths), 1)
         width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
         b = len(trajectories)
-        input_ids = torch.full((b, width), pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((b, width), dtype=torch.long)
-        loss_mask = torch.zeros((b, width), dtype=torch.float32)
-        logprobs = torch.zeros((b, width), dtype=torch.float32)
+        cpu = torch.device("cpu")  # built on the host; the trainer moves it (TrainBatch.to)
+        input_ids = torch.full((b, width), pad_token_id, dtype=torch.long, device=cpu)
+        attention_mask = torch.zeros((b, width), dtype=torch.long, device=cpu)
+        loss_mask = torch.zeros((b, width), dtype=torch.float32, device=cpu)
+        logprobs = torch.zeros((b, width), dtype=torch.float32, device=cpu)
         for row, (traj, n) in enumerate(zip(trajectories, lengths)):
-            input_ids[row, :n] = torch.tensor(traj.input_ids, dtype=torch.long)
+            input_ids[row, :n] = torch.tensor(traj.input_ids, dtype=torch.long, device=cpu)
             attention_mask[row, :n] = 1
-            loss_mask[row, :n] = torch.tensor(traj.loss_mask, dtype=torch.float32)
-            logprobs[row, :n] = torch.tensor(traj.rollout_logprobs, dtype=torch.float32)
+            loss_mask[row, :n] = torch.tensor(traj.loss_mask, dtype=torch.float32, device=cpu)
+            logprobs[row, :n] = torch.tensor(
+                traj.rollout_logprobs, dtype=torch.float32, device=cpu
+            )
+        rewards = [t.reward for t in trajectories]
+        group_ids = [t.group_id for t in trajectories]
         return cls(
             input_ids=input_ids,
             attention_mask=attention_mask,
             loss_mask=loss_mask,
             rollout_logprobs=logprobs,
-            rewards=torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
-            group_ids=torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
-            lengths=torch.tensor(lengths, dtype=torch.long),
+            rewards=torch.tensor(rewards, dtype=torch.float32, device=cpu),
+            group_ids=torch.tensor(group_ids, dtype=torch.long, device=cpu),
+            lengths=torch.tensor(lengths, dtype=torch.long, device=cpu),
             num_tokens=int(loss_mask.sum().item()),
             num_sequences=b,
         )
@@ -141,7 +146,7 @@ class TrainBatch:
         ``normalize=True`` makes them a new minibatch (their own ``num_tokens``
         / ``num_sequences``); ``False`` keeps this batch's (a micro-batch).
         """
-        index = torch.as_tensor(rows, dtype=torch.long)
+        index = torch.as_tensor(rows, dtype=torch.long, device=self.lengths.device)
         width = max(int(self.lengths[index].max().item()), 1) if len(index) else 1
         if not trim:
             width = self.max_length
@@ -183,8 +188,11 @@ class TrainBatch:
         optimizer step, each with its own normalizers. ``shuffle`` permutes
         rows first with ``generator`` (seed it for reproducible epochs)."""
         _check_size("size", size)
+        cpu = torch.device("cpu")  # the generator is a CPU one
         order = (
-            torch.randperm(len(self), generator=generator) if shuffle else torch.arange(len(self))
+            torch.randperm(len(self), generator=generator, device=cpu)
+            if shuffle
+            else torch.arange(len(self), device=cpu)
         )
         for start in range(0, len(self), size):
             yield self.select(order[start : start + size], normalize=True)

@@ -87,3 +87,32 @@ def test_dapo_filters_all_equal_groups(tmp_path):
     assert metrics["rollout/all_equal_group_share"] == 1.0
     assert "policy/pg_loss" not in metrics
     trainer.close()
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_every_tensor_the_step_builds_is_put_on_the_device(tmp_path, algo):
+    # No GPU here, so a missing `.to(device)` would pass unnoticed on the CPU.
+    # During this step the *default* device is "meta": a tensor the engine or
+    # the trainer creates without naming its device lands there, and the first
+    # operation that mixes it with the models' CPU tensors fails.
+    config = load_config(
+        None,
+        [
+            *TRAINER_OVERRIDES,
+            f"output_dir={tmp_path}",
+            "rollout.engine=hf",
+            "rollout.sync_check=true",
+            f"algo={algo}",
+            "algorithm={kl_coef: 0.01}",
+            "device=cpu",
+        ],
+    )
+    trainer = Trainer(config)
+    assert trainer.device == torch.device("cpu")
+    torch.set_default_device("meta")
+    try:
+        metrics = trainer.step()  # rollout with the HF engine, update, weight sync
+    finally:
+        torch.set_default_device(None)
+    assert metrics["sync/mean_abs_logprob_diff"] < 1e-3
+    trainer.close()

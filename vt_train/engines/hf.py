@@ -212,12 +212,13 @@ class HFEngine(RolloutEngine):
 
     def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        pad, device = self.tokenizer.pad_token_id, self.device
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long, device=device)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
         for i, prompt in enumerate(prompts):
-            ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long, device=device)
             mask[i, width - len(prompt) :] = 1
-        return ids.to(self.device), mask.to(self.device)
+        return ids, mask
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
         """One token per row; records each row's logprob in ``row.logprobs``."""
@@ -267,7 +268,10 @@ class HFEngine(RolloutEngine):
             )
         with self._model_lock, torch.no_grad():
             for name, tensor in state_dict.items():
-                own[name].copy_(torch.as_tensor(tensor))
+                target = own[name]
+                if not isinstance(tensor, torch.Tensor):
+                    tensor = torch.as_tensor(tensor, device=target.device)
+                target.copy_(tensor)
         self.weights_version += 1
 
     def score(
@@ -286,12 +290,12 @@ class HFEngine(RolloutEngine):
     def _score_chunk(self, sequences: list[list[int]], scale: float) -> list[list[float]]:
         # Right padding: under a causal mask, pads after a sequence change nothing in it.
         width = max(len(s) for s in sequences)
-        ids = torch.full((len(sequences), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        pad, device = self.tokenizer.pad_token_id, self.device
+        ids = torch.full((len(sequences), width), pad, dtype=torch.long, device=device)
         mask = torch.zeros_like(ids)
         for i, seq in enumerate(sequences):
-            ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long, device=device)
             mask[i, : len(seq)] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
         logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
         logprobs = torch.log_softmax(logits[:, :-1] / scale, dim=-1)
         chosen = logprobs.gather(2, ids[:, 1:, None])[..., 0]
