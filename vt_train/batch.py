@@ -99,9 +99,7 @@ class TrainBatch:
             input_ids[row, :n] = torch.tensor(traj.input_ids, dtype=torch.long, device=cpu)
             attention_mask[row, :n] = 1
             loss_mask[row, :n] = torch.tensor(traj.loss_mask, dtype=torch.float32, device=cpu)
-            logprobs[row, :n] = torch.tensor(
-                traj.rollout_logprobs, dtype=torch.float32, device=cpu
-            )
+            logprobs[row, :n] = torch.tensor(traj.rollout_logprobs, dtype=torch.float32, device=cpu)
         rewards = [t.reward for t in trajectories]
         group_ids = [t.group_id for t in trajectories]
         return cls(

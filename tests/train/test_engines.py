@@ -190,15 +190,33 @@ async def test_concurrent_requests_share_batches(engine):
     assert gens[0].metrics["batch_size"] == 8
 
 
+LONG = SamplingParams(max_new_tokens=300, temperature=0.0)
+SHORT = SamplingParams(max_new_tokens=1, temperature=0.0)
+
+
 @pytest.mark.asyncio
-async def test_requests_arriving_during_a_batch_wait_for_the_next(engine):
-    first = asyncio.ensure_future(engine.generate(PROMPTS[0], GREEDY))
-    while engine._pending or engine._worker is None:  # the worker took the first request
-        await asyncio.sleep(0)
-    rest = await gather(engine, PROMPTS[1:], GREEDY)
-    await first
-    assert engine.batch_sizes == [1, len(PROMPTS) - 1]
-    assert all(len(g.token_ids) == 10 for g in rest)
+async def test_a_short_request_returns_before_a_long_one_started_with_it(engine):
+    long = asyncio.ensure_future(engine.generate(PROMPTS[0], LONG))
+    short = asyncio.ensure_future(engine.generate(PROMPTS[1], SHORT))
+    await short
+    assert not long.done()  # continuous batching: the short row left the batch at once
+    assert engine.batch_sizes == [2]
+    assert len((await long).token_ids) == 300
+
+
+@pytest.mark.asyncio
+async def test_a_request_arriving_mid_batch_joins_it(engine):
+    long = asyncio.ensure_future(engine.generate(PROMPTS[0], LONG))
+    while engine._pending or not engine.batch_sizes:  # the long request is decoding
+        await asyncio.sleep(0.001)
+    joined = await gather(engine, PROMPTS[1:3], SamplingParams(max_new_tokens=5, temperature=0.0))
+    assert not long.done()  # they joined the running batch instead of waiting for it
+    assert engine.batch_sizes == [1, 2]
+    for prompt, gen in zip(PROMPTS[1:3], joined):  # and sampled what they would alone
+        alone = await engine.generate(prompt, SamplingParams(max_new_tokens=5, temperature=0.0))
+        assert gen.token_ids == alone.token_ids
+        assert gen.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+    await long
 
 
 @pytest.mark.asyncio

@@ -1,16 +1,20 @@
 """A rollout engine over a Hugging Face ``transformers`` causal LM (CPU fallback, tests).
 
-Requests are async and per trajectory; the engine batches whatever is
-pending. While a batch generates (on a worker thread, so the event loop keeps
-stepping envs), new requests queue up and form the next batch. Each batch is
-a manual sampling loop over the KV cache with left padding: pad ids on the
-left, attention mask 0 there, and position ids that count real tokens only,
-so a padded row computes what it would alone.
+Continuous batching: requests are async and per trajectory, and one decode
+loop (on a worker thread, so the event loop keeps stepping envs) serves them
+all. Between two decode steps the loop admits whatever requests have arrived
+(their prompts are prefilled together and their KV cache joins the running
+batch's), and a row that finishes leaves the batch at once and resolves its
+caller's future — a 1-token request never waits for a 400-token one, and a
+trajectory whose tool call just returned never waits for the batch to drain.
+The cache uses left padding: pad ids on the left, attention mask 0 there, and
+position ids that count real tokens only, so a padded row computes what it
+would alone; when rows of different lengths are merged, the shorter side's
+cache is padded on the left.
 
 Every row samples independently: its own temperature, top-p, stop strings,
-``max_new_tokens`` and, if it has a seed, its own ``torch.Generator``.
-Finished rows are dropped from the cache, so a batch costs what its live
-rows cost.
+``max_new_tokens`` and, if it has a seed, its own ``torch.Generator``, so a
+request samples the same tokens whatever else shares the batch.
 
 Log-probabilities follow the engine protocol: ``log_softmax(logits / T)``
 of the sampled token, before top-p truncation; greedy (``T == 0``) reports
@@ -62,6 +66,67 @@ class _Row:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: FinishReason | None = None
+    admitted_at: float = 0.0
+    batch_size: int = 0
+
+
+@dataclass
+class _Batch:
+    """The running batch: its rows, KV cache, masks, next positions and last logits."""
+
+    rows: list[_Row]
+    cache: Any
+    attention_mask: torch.Tensor  # [B, T], 0 on left padding
+    next_position: torch.Tensor  # [B], each row's next position id
+    logits: torch.Tensor  # [B, V], the logits to sample the next tokens from
+
+    def select(self, keep: list[int]) -> _Batch:
+        index = torch.tensor(keep, device=self.attention_mask.device)
+        self.cache.batch_select_indices(index)
+        return _Batch(
+            [self.rows[i] for i in keep], self.cache, self.attention_mask[index],
+            self.next_position[index], self.logits[index],
+        )  # fmt: skip
+
+    def merged_with(self, other: _Batch) -> _Batch:
+        """One batch of both: the shorter side's cache and mask are padded on the left."""
+        width = max(self.attention_mask.shape[1], other.attention_mask.shape[1])
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            mine.keys = torch.cat([_left(mine.keys, width), _left(theirs.keys, width)])
+            mine.values = torch.cat([_left(mine.values, width), _left(theirs.values, width)])
+        return _Batch(
+            self.rows + other.rows,
+            self.cache,
+            torch.cat([_left(self.attention_mask, width), _left(other.attention_mask, width)]),
+            torch.cat([self.next_position, other.next_position]),
+            torch.cat([self.logits, other.logits]),
+        )
+
+
+def _left(tensor: torch.Tensor, width: int) -> torch.Tensor:
+    """``tensor`` zero-padded on the left of its sequence dimension (-2 for a cache
+    ``[B, H, T, D]``, -1 for a mask ``[B, T]``) up to ``width``."""
+    dim = -2 if tensor.dim() == 4 else -1
+    missing = width - tensor.shape[dim]
+    if missing <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+
+def _resolve(loop: asyncio.AbstractEventLoop, future: asyncio.Future, outcome: Any) -> None:
+    """Settle ``future`` from the decode thread, on its own loop (unless cancelled)."""
+
+    def settle() -> None:
+        if future.done():
+            return
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+    loop.call_soon_threadsafe(settle)
 
 
 class HFEngine(RolloutEngine):
@@ -78,7 +143,8 @@ class HFEngine(RolloutEngine):
         seed: seeds the engine RNG used by requests without a seed.
 
     Attributes:
-        num_batches: batches run so far; ``batch_sizes`` lists their sizes.
+        num_batches: prefill groups admitted so far; ``batch_sizes`` lists their
+            sizes (requests that arrived together join the batch together).
     """
 
     def __init__(
@@ -107,6 +173,8 @@ class HFEngine(RolloutEngine):
         # Generation, scoring and weight loads never overlap on the model.
         self._model_lock = threading.Lock()
         self._pending: list[_Request] = []
+        self._pending_lock = threading.Lock()  # the decode thread takes requests from it
+        self._serving = False
         self._worker: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -119,63 +187,59 @@ class HFEngine(RolloutEngine):
             raise InvalidConfigError("HFEngine.generate needs a non-empty prompt")
         loop = asyncio.get_running_loop()
         request = _Request([int(t) for t in prompt_ids], params, loop.create_future())
-        self._pending.append(request)
-        if self._worker is None or self._worker.done():
-            self._worker = loop.create_task(self._serve())
+        with self._pending_lock:
+            self._pending.append(request)
+        if not self._serving:
+            self._serving = True
+            self._worker = loop.create_task(self._serve(loop))
         return await request.future
 
-    async def _serve(self) -> None:
-        """Run batches until the queue is empty; requests that arrive while a
-        batch runs wait for the next one."""
-        while self._pending:
-            batch = self._pending[: self.max_batch_size]
-            del self._pending[: len(batch)]
-            try:
-                generations = await asyncio.to_thread(self._generate_batch, batch)
-            except Exception as exc:  # every waiter sees the failure
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(exc)
-                continue
-            for request, generation in zip(batch, generations):
-                if not request.future.done():  # the caller may have been cancelled
-                    request.future.set_result(generation)
+    async def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the decode loop while there is work (it returns when the batch and
+        the queue are both empty; a request that arrived meanwhile restarts it)."""
+        while True:
+            await asyncio.to_thread(self._decode_loop, loop)
+            with self._pending_lock:
+                if not self._pending:
+                    self._serving = False
+                    return
 
-    def _generate_batch(self, requests: list[_Request]) -> list[Generation]:
-        started = time.perf_counter()
-        rows = [self._new_row(r) for r in requests]
+    def _take_pending(self, room: int) -> list[_Request]:
+        with self._pending_lock:
+            taken = self._pending[:room]
+            del self._pending[:room]
+        return taken
+
+    def _decode_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch: _Batch | None = None
         with self._model_lock, torch.inference_mode():
-            self._sampling_loop(rows)
-        self.num_batches += 1
-        self.batch_sizes.append(len(rows))
-        elapsed = time.perf_counter() - started
-        return [
-            Generation(
-                token_ids=row.token_ids,
-                logprobs=row.logprobs,
-                finish_reason=row.finish_reason or "length",
-                metrics={
-                    "batch_size": float(len(rows)),
-                    "queue_s": started - row.request.queued_at,
-                    "batch_s": elapsed,
-                    "weights_version": float(self.weights_version),
-                },
-            )
-            for row in rows
-        ]
+            while True:
+                live = len(batch.rows) if batch else 0
+                arrived = self._take_pending(self.max_batch_size - live)
+                if arrived:
+                    batch = self._admit(batch, arrived, loop)
+                if batch is None or not batch.rows:
+                    return
+                try:
+                    batch = self._decode_step(batch, loop)
+                except Exception as exc:  # every waiting row sees the failure
+                    for row in batch.rows:
+                        _resolve(loop, row.request.future, exc)
+                    batch = None
 
-    def _new_row(self, request: _Request) -> _Row:
-        seed = request.params.seed
-        generator = None
-        if seed is not None and request.params.temperature > 0:
-            generator = torch.Generator(device=self.device).manual_seed(seed)
-        return _Row(request, StopChecker(request.params.stop, self.tokenizer.decode), generator)
-
-    def _sampling_loop(self, rows: list[_Row]) -> None:
-        live = [row for row in rows if row.request.params.max_new_tokens > 0]
-        if not live:
-            return
-        input_ids, attention_mask = self._left_pad([row.request.prompt for row in live])
+    def _admit(
+        self, batch: _Batch | None, requests: list[_Request], loop: asyncio.AbstractEventLoop
+    ) -> _Batch | None:
+        """Prefill ``requests`` together and join them to ``batch``."""
+        rows = []
+        for request in requests:
+            if request.params.max_new_tokens <= 0:
+                _resolve(loop, request.future, Generation([], [], "length"))
+            else:
+                rows.append(self._new_row(request))
+        if not rows:
+            return batch
+        input_ids, attention_mask = self._left_pad([row.request.prompt for row in rows])
         position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(
             input_ids=input_ids,
@@ -184,31 +248,65 @@ class HFEngine(RolloutEngine):
             use_cache=True,
             logits_to_keep=1,
         )
-        cache, next_position = out.past_key_values, position_ids[:, -1] + 1
-        logits = out.logits[:, -1].float()
-        while True:
-            tokens = self._sample(logits, live)
-            keep = [i for i, row in enumerate(live) if not self._append(row, tokens[i])]
-            if not keep:
-                return
-            if len(keep) < len(live):  # drop finished rows from the batch and the cache
-                index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                live = [live[i] for i in keep]
-                tokens, attention_mask = tokens[index], attention_mask[index]
-                next_position = next_position[index]
-            attention_mask = torch.cat(
-                [attention_mask, attention_mask.new_ones(len(live), 1)], dim=1
-            )
-            out = self.model(
-                input_ids=tokens[:, None],
-                attention_mask=attention_mask,
-                position_ids=next_position[:, None],
-                past_key_values=cache,
-                use_cache=True,
-            )
-            cache, next_position = out.past_key_values, next_position + 1
-            logits = out.logits[:, -1].float()
+        self.num_batches += 1
+        self.batch_sizes.append(len(rows))
+        new = _Batch(
+            rows, out.past_key_values, attention_mask, position_ids[:, -1] + 1,
+            out.logits[:, -1].float(),
+        )  # fmt: skip
+        merged = new if batch is None else batch.merged_with(new)
+        for row in rows:
+            row.admitted_at, row.batch_size = time.perf_counter(), len(merged.rows)
+        return merged
+
+    def _decode_step(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> _Batch | None:
+        """Sample one token per row; resolve and drop finished rows; run the model once."""
+        tokens = self._sample(batch.logits, batch.rows)
+        keep = []
+        for i, row in enumerate(batch.rows):
+            if self._append(row, tokens[i]) or row.request.future.cancelled():
+                _resolve(loop, row.request.future, self._generation(row))
+            else:
+                keep.append(i)
+        if not keep:
+            return None
+        if len(keep) < len(batch.rows):  # drop finished rows from the batch and the cache
+            batch = batch.select(keep)
+            tokens = tokens[torch.tensor(keep, device=self.device)]
+        attention_mask = torch.cat(
+            [batch.attention_mask, batch.attention_mask.new_ones(len(batch.rows), 1)], dim=1
+        )
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=attention_mask,
+            position_ids=batch.next_position[:, None],
+            past_key_values=batch.cache,
+            use_cache=True,
+        )
+        batch.cache, batch.attention_mask = out.past_key_values, attention_mask
+        batch.next_position = batch.next_position + 1
+        batch.logits = out.logits[:, -1].float()
+        return batch
+
+    def _generation(self, row: _Row) -> Generation:
+        return Generation(
+            token_ids=row.token_ids,
+            logprobs=row.logprobs,
+            finish_reason=row.finish_reason or "length",
+            metrics={
+                "batch_size": float(row.batch_size),
+                "queue_s": row.admitted_at - row.request.queued_at,
+                "generate_s": time.perf_counter() - row.admitted_at,
+                "weights_version": float(self.weights_version),
+            },
+        )
+
+    def _new_row(self, request: _Request) -> _Row:
+        seed = request.params.seed
+        generator = None
+        if seed is not None and request.params.temperature > 0:
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        return _Row(request, StopChecker(request.params.stop, self.tokenizer.decode), generator)
 
     def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(p) for p in prompts)
@@ -303,12 +401,13 @@ class HFEngine(RolloutEngine):
 
     async def aclose(self) -> None:
         self._closed = True
-        pending, self._pending = self._pending, []
+        with self._pending_lock:
+            pending, self._pending = self._pending, []
         for request in pending:
             if not request.future.done():
                 request.future.set_exception(EngineClosedError("HFEngine closed"))
         if self._worker is not None and not self._worker.done():
-            await self._worker  # let the running batch finish; its thread cannot be killed
+            await self._worker  # let the running rows finish; the thread cannot be killed
 
 
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
