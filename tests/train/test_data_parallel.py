@@ -22,7 +22,6 @@ from train_helpers import DP_OVERRIDES
 from vt_train.config import load_config
 from vt_train.trainer import Trainer
 
-
 LOGGED = (
     "policy/pg_loss",
     "policy/entropy",

@@ -30,6 +30,17 @@ def test_k3_is_nonnegative_and_zero_at_equality() -> None:
     assert torch.equal(KL_ESTIMATORS.get("k3")(logp, logp), torch.zeros(10_000))
 
 
+def test_k3_is_clamped_so_one_far_token_cannot_blow_up_the_loss() -> None:
+    from vt_train.algorithms.kl import MAX_K3
+
+    logp = torch.tensor([-0.1, -30.0], requires_grad=True)
+    ref = torch.tensor([-30.0, -0.1])  # exp(29.9) - 29.9 - 1 would be ~1e13
+    k3 = KL_ESTIMATORS.get("k3")(logp, ref)
+    assert k3[1] == MAX_K3 and torch.isfinite(k3).all()
+    k3.sum().backward()
+    assert logp.grad[1] == 0.0 and torch.isfinite(logp.grad).all()
+
+
 def two_policies() -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     return torch.randn(6, generator=g, dtype=torch.float64), torch.randn(

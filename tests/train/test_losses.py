@@ -120,6 +120,18 @@ def test_gspo_gradient_is_the_sequence_level_gradient() -> None:
     torch.testing.assert_close(grad, want)
 
 
+def test_gspo_survives_a_huge_sequence_log_ratio() -> None:
+    logp = torch.tensor([[-0.1, -0.1]], requires_grad=True)
+    old = torch.tensor([[-200.0, -200.0]])  # mean log-ratio 199.9: exp() would be inf
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    loss, metrics = POLICY_LOSSES.get("gspo")(
+        logp, old, torch.ones(1, 2), mask, AlgorithmConfig(policy_loss="gspo")
+    )
+    loss.sum().backward()
+    assert torch.isfinite(loss).all() and torch.isfinite(logp.grad).all()
+    assert torch.isfinite(metrics["policy/seq_ratio_mean"])
+
+
 def test_gspo_clips_whole_sequences() -> None:
     # Sequence 0: token log-ratios 0 and log(2.25): mean log(1.5) -> clipped
     # as a whole (PPO would clip only the second token). Sequence 1: on policy.
