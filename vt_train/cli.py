@@ -3,7 +3,9 @@
     vt-train RECIPE.yaml [key=value ...]          RL (PPO / GRPO / ...) from a recipe
     vt-train sft RECIPE.yaml [key=value ...]      SFT warm-up on oracle trajectories
     vt-train resume RUN_DIR [key=value ...]       continue an RL run from its last checkpoint
-    vt-train check RECIPE.yaml [...]              validate a recipe (no model is loaded)
+    vt-train check RECIPE.yaml [...]              validate a recipe, estimate its GPU memory
+    vt-train check RECIPE.yaml --dry-run [...]    ... and run one step of it on this CPU with a
+                                                  tiny model of its family (vt_train.dry_run)
 
 Data parallel over several processes (CPU gloo or GPUs):
 ``torchrun --nproc_per_node N -m vt_train.cli RECIPE.yaml [key=value ...]``.
@@ -56,12 +58,29 @@ def _sft(recipe: str | None, overrides: Sequence[str]) -> int:
     return 0
 
 
-def _check(recipe: str, overrides: Sequence[str]) -> int:
+def _check(recipe: str, overrides: Sequence[str], ns: argparse.Namespace) -> int:
     from vt_train.config import config_to_dict, load_config
+    from vt_train.memory import estimate_memory, model_shape
 
     config = load_config(recipe, overrides)
     print(yaml.safe_dump(config_to_dict(config), sort_keys=False))
     print(f"# {recipe}: valid ({config.algo} on {config.env.id})")
+    shape = model_shape(config)
+    if shape is None:
+        print("# memory: unknown architecture (no config.json in model.path); not estimated")
+    else:
+        print(estimate_memory(config, shape, gpus=ns.gpus, gpu_gib=ns.gpu_gib).table())
+    if ns.dry_run:
+        import tempfile
+
+        from vt_train.dry_run import dry_run
+
+        with tempfile.TemporaryDirectory(prefix="vt-dry-run-") as tmp:
+            report = dry_run(config, ns.dry_run_dir or tmp)
+            if not ns.dry_run_dir:
+                report.pop("run_dir")  # deleted with the temporary directory
+        print(json.dumps(report, indent=2))
+        print(f"# {recipe}: dry run passed ({report['seconds']} s)")
     return 0
 
 
@@ -74,7 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "args", nargs="*", help="recipe (for sft/check), run dir (resume), key=value"
     )
-    ns = parser.parse_args(argv)
+    check = parser.add_argument_group("check")
+    check.add_argument("--dry-run", action="store_true", help="run one step on the CPU")
+    check.add_argument("--dry-run-dir", help="keep the dry run's directory here")
+    check.add_argument("--gpus", type=int, default=8, help="GPUs for the memory estimate")
+    check.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU, GiB")
+    ns = parser.parse_intermixed_args(argv)
     head, rest = ns.command_or_recipe, ns.args
     if head == "sft":
         recipe = rest[0] if rest and "=" not in rest[0] else None
@@ -82,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if head == "check":
         if not rest:
             parser.error("check needs a recipe path")
-        return _check(rest[0], rest[1:])
+        return _check(rest[0], rest[1:], ns)
     if head == "resume":
         if not rest:
             parser.error("resume needs a run directory")

@@ -77,8 +77,8 @@ class LogprobModel(nn.Module):
         temperature: float = 1.0,
         entropy: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        hidden = self.lm.get_decoder()(
-            input_ids=input_ids, attention_mask=attention_mask
+        hidden = self.lm.get_decoder()(  # scoring only: no KV cache to build
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
         ).last_hidden_state
         select = positions if positions is not None else attention_mask
         where = (

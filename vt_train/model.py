@@ -195,7 +195,9 @@ class ValueHead(nn.Module):
         nn.init.zeros_(self.summary.bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.summary(hidden_states.float()).squeeze(-1)
+        # In the head's own dtype (bf16 once DeepSpeed casts the critic), values out in fp32.
+        dtype = self.summary.weight.dtype
+        return self.summary(hidden_states.to(dtype)).squeeze(-1).float()
 
 
 class CriticModel(nn.Module):
@@ -252,7 +254,9 @@ class CriticModel(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        hidden = self.trunk(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = self.trunk(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state
         return self.value_head(hidden)
 
 
@@ -302,7 +306,9 @@ def token_logprobs(
         picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         out = torch.nn.functional.pad(picked - torch.logsumexp(logits, dim=-1), (1, 0))
     else:
-        hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask)
+        hidden = model.get_decoder()(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        )
         where = only[:, 1:] != 0
         logits = model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][where])
         logits = logits.float() / temperature

@@ -299,7 +299,8 @@ def evaluate(
         ]
     )
     engine = HFEngine(model, tok, seed=seed)
-    task_ids = venv.envs[0].unwrapped.tasks.ids()[:episodes]
+    tasks = venv.envs[0].unwrapped.tasks  # by index: ids() would generate the whole split
+    task_ids = [tasks[i].id for i in range(min(episodes, len(tasks)))]
     start = time.perf_counter()
     try:
         result = run_sync(

@@ -103,7 +103,9 @@ def _load_policy(config: TrainConfig, tokenizer: Any) -> torch.nn.Module:
     if path is not None:
         from transformers import AutoModelForCausalLM
 
-        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True).float()
+        # Loaded in the training dtype: a 7B model in fp32 is 30 GB of host RAM per rank.
+        dtype = torch.bfloat16 if config.deepspeed.bf16 else torch.float32
+        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
     return build_tiny_model(
         TinyModelConfig(**{"seed": config.seed, **config.model.tiny}), tokenizer
     )
@@ -241,9 +243,13 @@ class Trainer:
                 ("rollout engine", getattr(self.engine, "tokenizer", None)),
             ]
         )
-        self.train_task_ids = self.train_env.envs[0].unwrapped.tasks.ids()
-        eval_ids = self.eval_env.envs[0].unwrapped.tasks.ids()
-        self.eval_task_ids = eval_ids[: config.env.eval_episodes]
+        # Tasks are looked up by index when drawn: listing every id of a generated
+        # split would generate (and, for VT-SQL, execute) all of its tasks up front.
+        self.train_tasks = self.train_env.envs[0].unwrapped.tasks
+        eval_tasks = self.eval_env.envs[0].unwrapped.tasks
+        self.eval_task_ids = [
+            eval_tasks[i].id for i in range(min(config.env.eval_episodes, len(eval_tasks)))
+        ]
         self.stop = tuple(self.train_env.stop_strings)
         self.metrics = MetricsLogger(
             self.run_dir, tensorboard=config.tensorboard, enabled=self.is_main
@@ -273,6 +279,8 @@ class Trainer:
             save_pretrained_with_tokenizer(policy, self.tokenizer, path)
             kwargs.setdefault("model_path", str(path))
             kwargs.setdefault("tokenizer", self.tokenizer)
+            # the training dtype, whatever config.json says: the sync check compares the two
+            kwargs.setdefault("dtype", "bfloat16" if self.config.deepspeed.bf16 else "float32")
         return kwargs
 
     # ------------------------------------------------------------ rollouts
@@ -282,11 +290,11 @@ class Trainer:
         key = [self.config.seed, step] if round_ == 0 else [self.config.seed, step, round_]
         rng = np.random.default_rng(key)
         picks = rng.choice(
-            len(self.train_task_ids),
+            len(self.train_tasks),
             size=self.config.rollout.tasks_per_step,
-            replace=len(self.train_task_ids) < self.config.rollout.tasks_per_step,
+            replace=len(self.train_tasks) < self.config.rollout.tasks_per_step,
         )
-        return [self.train_task_ids[i] for i in picks]
+        return [self.train_tasks[int(i)].id for i in picks]
 
     def _sampling(self) -> SamplingParams:
         r = self.config.rollout

@@ -263,3 +263,12 @@ def test_resume_does_not_duplicate_metrics(tmp_path):
     resumed.step()
     resumed.close()
     assert [r["step"] for r in _records(tmp_path)] == [1, 2, 3]
+
+
+def test_the_trainer_generates_only_the_tasks_it_draws(tmp_path):
+    trainer = make_trainer(tmp_path)  # VT-SQL's 30k generated tasks once took 3 min here
+    train_tasks, eval_tasks = trainer.train_tasks, trainer.eval_env.envs[0].unwrapped.tasks
+    assert len(train_tasks._cache) == 0 and len(eval_tasks._cache) == 4  # env.eval_episodes
+    trainer.step()
+    assert 0 < len(train_tasks._cache) <= 2 < len(train_tasks)  # rollout.tasks_per_step
+    trainer.close()
