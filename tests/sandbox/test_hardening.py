@@ -311,3 +311,39 @@ def test_redefined_builtins_through_gym_make(sandbox_env_id):
     _, _, _, _, info = env.step("<bash>echo still $((1 + 1))</bash>")
     assert info["message"]["content"] == "still 2\n[exit code 0]"
     env.close()
+
+
+def test_a_service_package_under_a_masked_root_is_importable(tmp_path):
+    """An editable checkout in /tmp (or ~): the sandbox's empty /tmp hides it, so the
+    service's package directory is bound back read-only (CI once failed every SQL test)."""
+    from vt_envs.sandbox import SandboxPolicy, resolve_isolation
+    from vt_envs.sandbox.service import ServiceSession
+
+    assert str(tmp_path).startswith("/tmp/")
+    package = tmp_path / "vtprobe_pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "echo.py").write_text(
+        "import os\n"
+        "def serve(options):\n"
+        "    return lambda payload: {'got': payload['x'], 'file': __file__,\n"
+        "                            'writable': os.access(os.path.dirname(__file__), os.W_OK)}\n"
+    )
+    spec = {
+        "module": "vtprobe_pkg.sub.echo",
+        "packages": {"vtprobe_pkg": str(package), "vtprobe_pkg.sub": str(package / "sub")},
+        "options": {},
+    }
+    isolation = resolve_isolation(SandboxPolicy())
+    if not isolation.sandboxed:
+        pytest.skip("no sandbox backend here")
+
+    async def main():
+        session = ServiceSession(isolation, service=spec)
+        try:
+            return await session.request({"x": 7}, timeout_s=10)
+        finally:
+            await session.close()
+
+    reply = asyncio.run(main())
+    assert reply["got"] == 7 and reply["file"].startswith("/tmp/vt-service-code/vtprobe_pkg/")
+    assert reply["writable"] is False

@@ -261,6 +261,8 @@ class SandboxProcess:
             self.workdir = policy.workdir
         else:
             self._host_workdir = self.workdir = tempfile.mkdtemp(prefix="vt-unsafe-work-")
+        if mode == "service" and service and isolation.sandboxed:
+            service, binds = _bind_service_code(service, binds or {})
         binds = _check_binds(binds or {})
         cgroup_fds: list[int] = []
         ctrl_r = -1
@@ -549,6 +551,33 @@ def _reap_later(proc: SandboxProcess) -> None:
 
 def _new_nonce() -> str:
     return "\x1e" + secrets.token_hex(16) + "\x1e"
+
+
+# Where a service's package directory is bound inside the sandbox.
+_SERVICE_CODE = "/tmp/vt-service-code"
+
+
+def _bind_service_code(
+    service: Mapping[str, Any], binds: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``service`` and ``binds`` with the service's top-level package directory bound
+    read-only at a fixed path, and the package paths pointed there.
+
+    The sandbox covers ``/tmp``, ``/root`` and ``/home`` with empty tmpfs; an
+    editable install (a checkout in ``/tmp/ci`` or ``~/vt``) puts no path of it
+    on ``sys.path`` for the interpreter's own binds to bring back.
+    """
+    packages = dict(service["packages"])
+    if not packages:
+        return dict(service), dict(binds)
+    top = min(packages, key=len)  # "vt_envs": the shortest dotted name is the root
+    root = packages[top]
+    target = f"{_SERVICE_CODE}/{top}"
+    moved = {
+        name: target + path[len(root) :] if path == root or path.startswith(root + "/") else path
+        for name, path in packages.items()
+    }
+    return {**service, "packages": moved}, {**binds, target: root}
 
 
 def _check_binds(binds: Mapping[str, str]) -> dict[str, str]:
