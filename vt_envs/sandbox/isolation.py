@@ -122,6 +122,20 @@ def _needed_paths(python: str) -> list[str]:
     return [p for i, p in enumerate(needed) if not any(p.startswith(q + "/") for q in needed[:i])]
 
 
+def _parent_dirs(path: str, stops: tuple[str, ...], made: set[str]) -> list[str]:
+    """bwrap arguments creating ``path``'s missing parents (up to one of ``stops``)
+    with mode 0755: bwrap's own are 0700, closed to the uid the code runs as."""
+    parent, chain = os.path.dirname(path), []
+    while parent not in stops and parent not in ("/", "") and parent not in made:
+        chain.append(parent)
+        parent = os.path.dirname(parent)
+    argv: list[str] = []
+    for directory in reversed(chain):
+        made.add(directory)
+        argv += ["--perms", "0755", "--dir", directory]
+    return argv
+
+
 @dataclass(frozen=True)
 class Isolation:
     """A resolved isolation backend: how to wrap a command, and what is active.
@@ -255,28 +269,9 @@ class Isolation:
                     argv += ["--tmpfs", root]
             made: set[str] = set()
             for path in self.bind_paths:
-                # bwrap would create missing parents 0700, unreadable once we drop the uid.
-                parent = os.path.dirname(path)
-                chain = []
-                while (
-                    parent not in _MASKED_ROOTS and parent not in ("/", "") and parent not in made
-                ):
-                    chain.append(parent)
-                    parent = os.path.dirname(parent)
-                for directory in reversed(chain):
-                    made.add(directory)
-                    argv += ["--perms", "0755", "--dir", directory]
-                argv += ["--ro-bind", path, path]
+                argv += [*_parent_dirs(path, _MASKED_ROOTS, made), "--ro-bind", path, path]
             for target, source in (binds or {}).items():
-                # Parents 0755 (bwrap would make them 0700, closed to the dropped uid).
-                parent, chain = os.path.dirname(target), []
-                while parent not in ("/tmp", "/", "") and parent not in made:
-                    chain.append(parent)
-                    parent = os.path.dirname(parent)
-                for directory in reversed(chain):
-                    made.add(directory)
-                    argv += ["--perms", "0755", "--dir", directory]
-                argv += ["--ro-bind", source, target]
+                argv += [*_parent_dirs(target, ("/tmp",), made), "--ro-bind", source, target]
             argv += ["--clearenv"]
             for key, value in self.env(workdir).items():
                 argv += ["--setenv", key, value]
