@@ -195,7 +195,6 @@ def dry_run(config: TrainConfig, output_dir: str | Path, *, engine: str | None =
             return trajectories
 
     dry = dry_run_config(config, output_dir, engine=engine)
-    batch = _scaled_batch(config)
     start = time.perf_counter()
     trainer = DryRunTrainer(dry)
     try:
@@ -219,15 +218,16 @@ def dry_run(config: TrainConfig, output_dir: str | Path, *, engine: str | None =
     exported = Path(dry.output_dir) / "final" / "config.json"
     if not exported.is_file():
         raise DryRunError(f"no final export at {exported.parent}")
+    rows = dry.rollout.tasks_per_step * dry.rollout.n
     return {
         "algo": dry.algo,
         "env": dry.env.id,
         "engine": dry.rollout.engine,
         "zero_stage": dry.deepspeed.zero_stage,
         "bf16": dry.deepspeed.bf16,
-        "rows": dry.rollout.tasks_per_step * dry.rollout.n,
-        "minibatches_per_epoch": batch["minibatches"],
-        "micro_batches_per_minibatch": batch["micro_per_minibatch"],
+        "rows": rows,
+        "minibatches_per_epoch": rows // dry.optim.minibatch_size,
+        "micro_batches_per_minibatch": dry.optim.minibatch_size // dry.optim.micro_batch_size,
         "epochs": dry.optim.epochs,
         "grad_norm": grad_norm,
         **{k: v for k, v in step.items() if k.startswith(("sync/", "critic/vf_loss", "policy/kl"))},

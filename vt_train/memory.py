@@ -111,7 +111,9 @@ class ModelShape:
         return 5 * self.hidden_size + 3 * self.kv_size + 4 * self.intermediate_size
 
 
-def _qwen25(name: str, h: int, layers: int, heads: int, kv: int, inter: int, tied: bool) -> Any:
+def _qwen25(
+    name: str, h: int, layers: int, heads: int, kv: int, inter: int, tied: bool
+) -> ModelShape:
     vocab = 151936 if tied else 152064
     return ModelShape(name, h, layers, heads, kv, inter, vocab, tied)
 

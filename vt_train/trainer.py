@@ -256,6 +256,7 @@ class Trainer:
         )
         self.step_index = 0
         self.updates = 0
+        self.sampling_rounds = 0  # rollout rounds of the last dynamic-sampling step
 
     def _frozen(self, model: LogprobModel) -> Any:
         """A model that only runs forward (the reference): on the device, in the
@@ -621,7 +622,7 @@ class Trainer:
         """Update the policy (and critic) on ``trajectories``; push the new weights."""
         cfg, algo = self.config, self.algo
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
-        if getattr(self, "sampling_rounds", None):
+        if self.sampling_rounds:
             metrics["rollout/sampling_rounds"] = float(self.sampling_rounds)
         metrics.update(self._shape_truncated(trajectories))
         batch = TrainBatch.from_trajectories(trajectories, pad_token_id=self.tokenizer.pad_token_id)
