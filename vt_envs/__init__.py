@@ -80,6 +80,12 @@ register_env(
     description="math word/algebra problems with a sandboxed persistent Python interpreter",
 )
 register_env(
+    "VT-Search-v0",
+    builder="vt_envs.domains.search:make_search_env",
+    oracle="vt_envs.domains.search:SearchOracle",
+    description="retrieval QA: search an embedded FAISS (or BM25) index of Wikipedia, EM reward",
+)
+register_env(
     "VT-SQL-v0",
     builder="vt_envs.domains.sql:make_sql_env",
     oracle="vt_envs.domains.sql:SQLOracle",

@@ -1,0 +1,162 @@
+"""Retrievers: index kinds, the on-disk cache, prebuilt memory-mapped indexes,
+micro-batching, BM25, the process-wide sharing and the BM25 fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import faiss
+import numpy as np
+import pytest
+from search_helpers import HashingEmbedder
+
+import vt_envs
+from vt_envs.domains.search import retriever as retriever_module
+from vt_envs.domains.search.index import INDEX_KINDS, IndexConfig, build_index, open_index
+from vt_envs.domains.search.retriever import (
+    BM25Retriever,
+    DenseRetriever,
+    resolve_retriever_kind,
+    shared_retriever,
+)
+from vt_envs.errors import InvalidConfigError
+
+
+def _titles(retriever, query, k=2):
+    return [retriever.corpus[h.index].title for h in retriever.search([query], k)[0]]
+
+
+@pytest.mark.parametrize("kind", INDEX_KINDS)
+def test_every_index_kind_finds_the_passage(kind, small_corpus, embedder, tmp_path):
+    dense = DenseRetriever(small_corpus, embedder, index=kind, cache=tmp_path, progress=False)
+    assert _titles(dense, "capital of Portugal Atlantic Tagus")[0] == "Lisbon"
+    assert dense.name == f"dense:hashing-512/{kind}"
+
+
+def test_embeddings_and_index_are_cached_by_corpus_and_embedder(small_corpus, tmp_path):
+    first = HashingEmbedder()
+    DenseRetriever(small_corpus, first, cache=tmp_path, progress=False)
+    assert first.calls == [len(small_corpus)]  # the corpus was embedded once
+
+    again = HashingEmbedder()
+    cached = DenseRetriever(small_corpus, again, cache=tmp_path, progress=False)
+    assert again.calls == [] and cached.build_s == 0.0  # read from disk
+
+    other = HashingEmbedder(id="hashing-512-v2")  # another model: never another's vectors
+    DenseRetriever(small_corpus, other, cache=tmp_path, progress=False)
+    assert other.calls == [len(small_corpus)]
+    assert len(list(tmp_path.glob("*/embeddings.npy"))) == 2
+
+
+def test_prebuilt_index_is_opened_and_checked(small_corpus, embedder, tmp_path):
+    vectors = embedder.encode([p.contents() for p in small_corpus], kind="passage")
+    path = tmp_path / "user.index"
+    faiss.write_index(build_index(vectors, IndexConfig()), str(path))
+    dense = DenseRetriever(small_corpus, embedder, index_path=path)
+    assert _titles(dense, "capital of Austria Danube")[0] == "Vienna"
+    assert dense.name == "dense:hashing-512/prebuilt"
+
+    faiss.write_index(build_index(vectors[:3], IndexConfig()), str(path))
+    with pytest.raises(InvalidConfigError, match="holds 3 vectors"):
+        DenseRetriever(small_corpus, embedder, index_path=path)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def test_a_flat_index_file_is_memory_mapped_not_copied(tmp_path):
+    vectors = np.random.default_rng(0).random((200_000, 64), dtype=np.float32)  # 49 MiB
+    path = tmp_path / "big.index"
+    faiss.write_index(build_index(vectors, IndexConfig()), str(path))
+    del vectors
+    before = _rss_mb()
+    index = open_index(path)
+    grew = _rss_mb() - before
+    assert index.ntotal == 200_000
+    assert grew < 10, f"opening the index took {grew:.0f} MiB of private memory"
+
+
+def test_concurrent_queries_share_one_encoder_call(small_corpus, embedder, tmp_path):
+    dense = DenseRetriever(
+        small_corpus, embedder, cache=tmp_path, progress=False, batch_window_s=0.05
+    )
+    embedder.calls.clear()
+    queries = ["France Seine", "Germany populous", "Spain Iberian", "Italy Romulus"] * 4
+
+    async def ask():
+        return await asyncio.gather(*(dense.asearch(q, 1) for q in queries))
+
+    results = asyncio.run(ask())
+    assert len(embedder.calls) < len(queries) / 2, embedder.calls  # batched, not one per query
+    assert sum(embedder.calls) == len(queries)
+    titles = [small_corpus[hits[0].index].title for hits in results]
+    assert titles == ["Paris", "Berlin", "Madrid", "Rome"] * 4  # each query got its own hits
+
+
+def test_a_failing_batch_fails_its_queries_not_the_batcher(small_corpus, tmp_path):
+    class Flaky(HashingEmbedder):
+        fail = True
+
+        def encode(self, texts, *, kind="query"):
+            if kind == "query" and self.fail:
+                self.fail = False
+                raise RuntimeError("encoder broke")
+            return super().encode(texts, kind=kind)
+
+    dense = DenseRetriever(small_corpus, Flaky(), cache=tmp_path, progress=False)
+    with pytest.raises(RuntimeError, match="encoder broke"):
+        asyncio.run(dense.asearch("capital of Spain", 1))
+    assert (
+        small_corpus[asyncio.run(dense.asearch("capital of Spain", 1))[0].index].title == "Madrid"
+    )
+
+
+def test_bm25_ranks_by_terms_and_returns_no_hit_without_a_shared_term(small_corpus, tmp_path):
+    bm25 = BM25Retriever(small_corpus, cache=tmp_path)
+    assert _titles(bm25, "Danube river capital")[0] == "Vienna"
+    assert bm25.search(["xylophone quasar"], 3) == [[]]
+    reloaded = BM25Retriever(small_corpus, cache=tmp_path)
+    assert reloaded.build_s == 0.0 and _titles(reloaded, "Romulus legend")[0] == "Rome"
+
+
+def test_shared_retriever_is_one_object_per_configuration(
+    small_corpus, embedder, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("VT_CACHE_DIR", str(tmp_path))
+    flat = shared_retriever("dense", small_corpus, embedder=embedder)
+    assert shared_retriever("dense", small_corpus, embedder=embedder) is flat
+    assert shared_retriever("dense", small_corpus, embedder=embedder, index="hnsw") is not flat
+    assert shared_retriever("bm25", small_corpus) is shared_retriever("bm25", small_corpus)
+
+
+def test_vector_env_of_64_holds_one_index():
+    first = vt_envs.make("VT-Search-v0")
+    retriever = first.tools["search"].retriever
+    index_mib = retriever.index.ntotal * retriever.index.d * 4 / 2**20
+    before = _rss_mb()
+    vec = vt_envs.make_vec("VT-Search-v0", num_envs=64)
+    grew = _rss_mb() - before
+    try:
+        assert all(env.tools["search"].retriever is retriever for env in vec.envs)
+        assert len({id(env.tools["search"].retriever.index) for env in vec.envs}) == 1
+        # One copy per env would be 64 x the index; the whole vector env costs less than one.
+        assert grew < index_mib, f"64 envs took {grew:.0f} MiB (index: {index_mib:.0f} MiB)"
+    finally:
+        vec.close()
+        first.close()
+
+
+def test_auto_falls_back_to_bm25_once_naming_the_extra(monkeypatch, caplog):
+    monkeypatch.setattr(retriever_module, "dense_available", lambda: False)
+    monkeypatch.setattr(retriever_module, "_WARNED_FALLBACK", False)
+    with caplog.at_level(logging.WARNING, logger=retriever_module.__name__):
+        assert resolve_retriever_kind("auto") == "bm25"
+        assert resolve_retriever_kind("auto") == "bm25"
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "vt-envs[search]" in messages[0]
+    assert resolve_retriever_kind("dense") == "dense"  # an explicit choice is kept
+    with pytest.raises(InvalidConfigError, match="retriever must be one of"):
+        resolve_retriever_kind("splade")
