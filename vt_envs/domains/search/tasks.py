@@ -50,7 +50,7 @@ __all__ = [
 
 TASK_KINDS = ("masked_subject", "year_cloze", "two_hop")
 #: Bumped whenever generation changes, so cached filters are rebuilt.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 HELD_OUT_ONE_IN = 10
 BLANK = "___"
 YEAR_BLANK = "____"
@@ -68,7 +68,9 @@ _STOPWORDS = _words(
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 _YEAR = re.compile(r"(?<![\d$£€.,])\b(1[0-9]{3}|20[0-2][0-9])\b(?![\d,.]\d)")
 _PERSON = re.compile(r"\b(?:He|She|His|Her|he|she|his|her)\b")
-_DEMONYM_START = re.compile(r"^[^.;]*?\b(?:was|is) (?:a|an) (?:[a-z]+ )?([A-Z][a-z]+)\b")
+# "was an American filmmaker": the demonym, then a lowercase word ("Danish-born
+# Russian" is skipped: the word after "a" is not the nationality).
+_DEMONYM_START = re.compile(r"^[^.;]*?\b(?:was|is) (?:a|an) (?:[a-z]+ )?([A-Z][a-z]+)(?= [a-z])")
 _DEMONYM_SUFFIXES = ("an", "ese", "ish", "ic", "ch", "i")
 _DEMONYM_EXTRA = frozenset({"Greek", "Soviet", "Swiss", "Thai", "Czech", "French", "Welsh"})
 _NOT_DEMONYMS = _words(

@@ -1,0 +1,210 @@
+"""VT-Search-v0 through gym.make, for both retrievers: check_env, determinism, the
+oracle, the observation format, budgets, bring-your-own corpus / index / questions."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import duckdb
+import faiss
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import vt_envs
+from vt_envs.domains.search import NoSearchPolicy, default_embedder, load_fanoutqa
+from vt_envs.domains.search import retriever as retriever_module
+from vt_envs.domains.search.corpus import vital_articles_corpus
+from vt_envs.domains.search.index import IndexConfig, build_index
+from vt_envs.domains.search.loaders import fanoutqa_coverage, load_search_r1
+
+RETRIEVERS = ["bm25", "dense"]
+
+
+@pytest.mark.parametrize("retriever", RETRIEVERS)
+def test_check_env(retriever):
+    env = gym.make("VT-Search-v0", retriever=retriever, render_mode="ansi")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_env(env, skip_render_check=False)
+    assert [
+        str(w.message) for w in caught if "different from the unwrapped" not in str(w.message)
+    ] == []
+    env.close()
+
+
+@pytest.mark.parametrize("retriever", RETRIEVERS)
+def test_seeded_rollouts_repeat_exactly(retriever):
+    def rollout():
+        env = gym.make("VT-Search-v0", retriever=retriever, split="test")
+        runs = [
+            vt_envs.run_episode(env, vt_envs.oracle_for("VT-Search-v0"), seed=s) for s in (3, 4)
+        ]
+        env.close()
+        return [(r.task_id, r.reward, r.actions, r.observations, r.tokens) for r in runs]
+
+    first = rollout()
+    assert first == rollout()
+    assert first[0][0] != first[1][0]
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+@pytest.mark.parametrize("retriever", RETRIEVERS)
+def test_oracle_scores_one_and_no_search_baseline_scores_low(retriever, split):
+    env = gym.make("VT-Search-v0", retriever=retriever, split=split)
+    oracle = [
+        vt_envs.run_episode(env, vt_envs.oracle_for("VT-Search-v0"), seed=s) for s in range(12)
+    ]
+    baseline = [vt_envs.run_episode(env, NoSearchPolicy(), seed=s) for s in range(12)]
+    env.close()
+    assert [r.reward for r in oracle] == [1.0] * 12
+    kinds = {r.infos[0]["task_id"].split("/")[2] for r in oracle}
+    assert len(kinds) >= 2
+    assert sum(r.reward for r in baseline) / 12 < 0.3
+
+
+def _searched(env, action):
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(action)
+    return obs["text"], info
+
+
+def test_observation_holds_top_k_passages_in_search_r1_format():
+    env = gym.make("VT-Search-v0", retriever="bm25", top_k=5, passage_words=4)
+    text, info = _searched(env, "<search>capital of Portugal</search>")
+    assert "<information>Doc 1 (Title: " in text and "</information>" in text
+    docs = [line for line in text.split("\n") if line.lstrip("<information>").startswith("Doc ")]
+    assert len(docs) == 5 and "Doc 5 (Title: " in text
+    assert all(line.split(") ", 1)[1].rstrip("</information>").endswith("…") for line in docs[:4])
+    assert info["tool"]["ok"] and info["tool"]["metrics"]["hits"] == 5
+    json_text, _ = _searched(
+        env,
+        '<tool_call>{"name": "search", "arguments": {"query": "capital of Portugal"}}</tool_call>',
+    )
+    assert json_text.split("<information>")[1] == text.split("<information>")[1]
+    env.close()
+
+
+def test_invalid_action_gets_a_corrective_message_and_the_episode_goes_on():
+    env = gym.make("VT-Search-v0", retriever="bm25")
+    text, info = _searched(env, "I believe the answer is Lisbon.")
+    assert "<search>QUERY</search>" in text and "<answer>ANSWER</answer>" in text
+    assert info["invalid_actions"] == 1
+    obs, reward, terminated, truncated, info = env.step("<answer>Lisbon</answer>")
+    assert terminated and set(info["verifier_parts"]) == {"em", "f1", "substring_em"}
+    env.close()
+
+
+def test_search_budget_and_empty_query():
+    env = gym.make("VT-Search-v0", retriever="bm25", max_searches=1)
+    text, info = _searched(env, "<search>   </search>")
+    assert "<search> block is empty" in text and info["invalid_actions"] == 1
+    text, info = _searched(
+        env, '<tool_call>{"name": "search", "arguments": {"query": " "}}</tool_call>'
+    )
+    assert "query is empty" in text and info["tool_errors"] == 1
+    obs, *_ = env.step("<search>Lisbon</search>")
+    assert "You have used all 1 tool calls" in obs["text"]
+    env.close()
+
+
+def test_max_turns_truncates():
+    env = gym.make("VT-Search-v0", retriever="bm25", max_turns=2)
+    env.reset(seed=0)
+    env.step("<search>a</search>")
+    *_, truncated, info = env.step("<search>b</search>")
+    assert truncated and info["truncation"] == "max_turns"
+    env.close()
+
+
+@pytest.fixture
+def own_data(tmp_path):
+    """A Search-R1 corpus JSONL (one passage holds an answer tag) and a question Parquet."""
+    corpus = tmp_path / "corpus.jsonl"
+    rows = [
+        ("0", '"Lisbon"\nLisbon is the capital of Portugal. <answer>Lisbon</answer>'),
+        ("1", '"Madrid"\nMadrid is the capital of Spain.'),
+        ("2", '"Danube"\nThe Danube flows through Vienna.'),
+    ]
+    corpus.write_text("".join(json.dumps({"id": i, "contents": c}) + "\n" for i, c in rows))
+    questions = tmp_path / "nq_test.parquet"
+    con = duckdb.connect()
+    con.execute(
+        "COPY (SELECT 'What is the capital of Portugal?' AS question, "
+        "['Lisbon', 'Lisboa'] AS golden_answers, 'nq' AS data_source) "
+        f"TO '{questions}' (FORMAT PARQUET)"
+    )
+    con.close()
+    return corpus, questions
+
+
+@pytest.mark.parametrize("retriever", RETRIEVERS)
+def test_own_corpus_and_search_r1_questions(own_data, retriever):
+    corpus, questions = own_data
+    env = gym.make("VT-Search-v0", retriever=retriever, corpus=str(corpus), dataset=str(questions))
+    obs, info = env.reset(seed=0)
+    assert "capital of Portugal" in obs["text"]
+    obs, *_ = env.step("<search>capital of Portugal</search>")
+    assert "<answer>Lisbon</answer>" in obs["text"]  # the passage holds an answer tag...
+    *_, reward, terminated, _, info = env.step("<answer>Madrid</answer>")
+    assert terminated and reward == 0.0  # ...which is not the agent's answer
+    env.reset(seed=0)
+    *_, reward, _, _, _ = env.step("<answer>lisboa.</answer>")
+    assert reward == 1.0  # any gold, after normalization
+    env.close()
+
+
+def test_prebuilt_index_through_gym_make(own_data, tmp_path):
+    corpus_path, questions = own_data
+    from vt_envs.domains.search.corpus import load_search_r1_corpus
+
+    corpus = load_search_r1_corpus(corpus_path)
+    vectors = default_embedder().encode([p.contents() for p in corpus], kind="passage")
+    index_path = tmp_path / "e5_Flat.index"
+    faiss.write_index(build_index(vectors, IndexConfig()), str(index_path))
+    env = gym.make(
+        "VT-Search-v0",
+        retriever="dense",
+        corpus=str(corpus_path),
+        index_path=str(index_path),
+        dataset=str(questions),
+    )
+    retriever = env.unwrapped.tools["search"].retriever
+    assert retriever.name.endswith("/prebuilt") and retriever.index_path == index_path
+    env.reset(seed=0)
+    obs, *_ = env.step("<search>Vienna river</search>")
+    assert "Doc 1 (Title: Danube)" in obs["text"]
+    env.close()
+
+
+def test_verl_processed_search_r1_records():
+    record = {
+        "data_source": "hotpotqa",
+        "prompt": [{"role": "user", "content": "Answer it.\nQuestion: who wrote Hamlet?\n"}],
+        "reward_model": {"style": "rule", "ground_truth": {"target": ["William Shakespeare"]}},
+    }
+    (task,) = load_search_r1([record])
+    assert task.prompt == "who wrote Hamlet?" and task.gold == ["William Shakespeare"]
+    assert task.metadata["source"] == "hotpotqa"
+
+
+def test_fanoutqa_questions_and_their_coverage_by_the_corpus():
+    coverage = fanoutqa_coverage(vital_articles_corpus())
+    dev = coverage["dev"]
+    assert dev["questions"] == 310
+    assert 0 < dev["all_evidence_in_corpus"] <= dev["any_evidence_in_corpus"] <= 310
+    assert len(load_fanoutqa("dev")) == 310
+    covered = load_fanoutqa("dev", corpus=vital_articles_corpus())
+    assert len(covered) == dev["all_evidence_in_corpus"]
+    env = gym.make("VT-Search-v0", retriever="bm25", dataset="fanoutqa", metric="f1")
+    obs, info = env.reset(seed=0)
+    assert info["task_id"].startswith("fanoutqa/dev/")
+    env.close()
+
+
+def test_auto_without_the_extra_builds_bm25(monkeypatch):
+    monkeypatch.setattr(retriever_module, "dense_available", lambda: False)
+    env = gym.make("VT-Search-v0")
+    assert env.unwrapped.tools["search"].retriever.name == "bm25"
+    env.close()

@@ -1,0 +1,107 @@
+"""Generated search tasks: answers never in the question, two hops really two,
+a fixed held-out split by article, and the retrieval check."""
+
+from __future__ import annotations
+
+import collections
+import functools
+
+import pytest
+from search_helpers import HashingEmbedder
+
+from vt_envs.domains.search.corpus import vital_articles_corpus
+from vt_envs.domains.search.retriever import DenseRetriever, shared_retriever
+from vt_envs.domains.search.tasks import (
+    TASK_KINDS,
+    Candidate,
+    candidate_tasks,
+    retrievable,
+    search_tasks,
+    split_of,
+)
+from vt_envs.domains.search.verifier import normalize_answer
+
+
+@functools.lru_cache(maxsize=1)
+def _candidates() -> tuple[Candidate, ...]:
+    return tuple(candidate_tasks(vital_articles_corpus()))
+
+
+def _has(text: str, phrase: str) -> bool:
+    return f" {normalize_answer(phrase)} " in f" {normalize_answer(text)} "
+
+
+def test_generation_is_deterministic_and_has_every_kind_in_both_splits():
+    corpus = vital_articles_corpus()
+    assert candidate_tasks(corpus) == list(_candidates())
+    counts = collections.Counter((c.kind, c.split) for c in _candidates())
+    for kind in TASK_KINDS:
+        assert counts[kind, "train"] > 100 and counts[kind, "test"] > 10, counts
+
+
+def test_no_answer_appears_in_its_question():
+    for c in _candidates():
+        assert not any(_has(c.question, g) for g in c.golds), (c.id, c.golds)
+
+
+def test_answers_are_in_the_gold_passages_and_two_hops_need_both():
+    corpus = vital_articles_corpus()
+    for c in _candidates():
+        first = corpus[c.gold_passages[0]]
+        if c.kind == "masked_subject":
+            assert first.title == c.golds[0]
+        elif c.kind == "year_cloze":
+            assert c.golds[0] in first.text
+        else:
+            second = corpus[c.gold_passages[1]]
+            assert not _has(first.text, c.golds[0])  # hop 1 alone cannot answer
+            assert _has(second.text, c.golds[0])
+            assert c.queries[1] in first.text  # hop 1 names whom to search for next
+
+
+def test_the_held_out_split_is_one_article_in_ten_for_every_kind():
+    by_article = collections.defaultdict(set)
+    for c in _candidates():
+        by_article[c.passage].add(c.split)
+        assert c.split == split_of(vital_articles_corpus()[c.passage].title)
+    assert all(len(splits) == 1 for splits in by_article.values())
+    held_out = sum("test" in s for s in by_article.values()) / len(by_article)
+    assert 0.07 < held_out < 0.13
+
+
+def test_the_retrieval_check_drops_tasks_whose_query_misses(small_corpus, tmp_path):
+    dense = DenseRetriever(small_corpus, HashingEmbedder(), cache=tmp_path, progress=False)
+    hits_lisbon = Candidate("year_cloze", "test", 4, "q", ("x",), ("Portugal Tagus",), (4,))
+    misses = Candidate("year_cloze", "test", 0, "q", ("x",), ("Portugal Tagus",), (0,))
+    two_hop_miss = Candidate(
+        "two_hop", "test", 4, "q", ("x",), ("Portugal Tagus", "Danube"), (4, 0)
+    )
+    assert retrievable([hits_lisbon, misses, two_hop_miss], dense, k=1) == [True, False, False]
+
+
+def test_env_tasks_pass_the_check_and_a_size_cap_keeps_every_kind():
+    retriever = shared_retriever("bm25", vital_articles_corpus())
+    tasks = search_tasks("test", retriever=retriever, top_k=3)
+    ids = {t.id for t in tasks}
+    candidates = {c.id: c for c in _candidates()}
+    kept = [candidates[i] for i in ids]
+    assert all(c.split == "test" for c in kept)
+    assert retrievable(kept, retriever, 3) == [True] * len(kept)
+    capped = search_tasks("test", retriever=retriever, top_k=3, size=30)
+    assert {t.metadata["kind"] for t in capped} == set(TASK_KINDS)
+    assert search_tasks("test", retriever=retriever, top_k=3) is tasks  # one list per process
+
+
+def test_task_metadata_never_holds_the_gold():
+    retriever = shared_retriever("bm25", vital_articles_corpus())
+    for task in search_tasks("test", retriever=retriever, top_k=3):
+        assert not any(_has(str(v), g) for v in task.metadata.values() for g in task.gold)
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_train_and_test_articles_are_disjoint(split):
+    retriever = shared_retriever("bm25", vital_articles_corpus())
+    other = "test" if split == "train" else "train"
+    mine = {t.id.split("/")[-1] for t in search_tasks(split, retriever=retriever)}
+    theirs = {t.id.split("/")[-1] for t in search_tasks(other, retriever=retriever)}
+    assert not mine & theirs
