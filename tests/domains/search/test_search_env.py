@@ -74,9 +74,9 @@ def test_observation_holds_top_k_passages_in_search_r1_format():
     env = gym.make("VT-Search-v0", retriever="bm25", top_k=5, passage_words=4)
     text, info = _searched(env, "<search>capital of Portugal</search>")
     assert "<information>Doc 1 (Title: " in text and "</information>" in text
-    docs = [line for line in text.split("\n") if line.lstrip("<information>").startswith("Doc ")]
-    assert len(docs) == 5 and "Doc 5 (Title: " in text
-    assert all(line.split(") ", 1)[1].rstrip("</information>").endswith("…") for line in docs[:4])
+    docs = text.split("<information>")[1].split("</information>")[0].split("\n")
+    assert [d.split(" (Title: ")[0] for d in docs] == [f"Doc {i}" for i in range(1, 6)]
+    assert all(len(d.split(") ", 1)[1].split()) == 5 and d.endswith(" …") for d in docs)
     assert info["tool"]["ok"] and info["tool"]["metrics"]["hits"] == 5
     json_text, _ = _searched(
         env,
