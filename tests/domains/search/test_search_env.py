@@ -208,3 +208,29 @@ def test_auto_without_the_extra_builds_bm25(monkeypatch):
     env = gym.make("VT-Search-v0")
     assert env.unwrapped.tools["search"].retriever.name == "bm25"
     env.close()
+
+
+def test_an_embedder_directory_is_loaded_once_per_process(own_data):
+    import importlib.util
+    from pathlib import Path
+
+    from vt_envs.domains.search.embedders import _DEFAULT_MODULE, load_embedder
+
+    spec = importlib.util.find_spec(_DEFAULT_MODULE)
+    model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
+    corpus, questions = own_data
+    envs = [
+        gym.make(
+            "VT-Search-v0",
+            retriever="dense",
+            corpus=str(corpus),
+            dataset=str(questions),
+            embedder=str(model_dir),
+        )
+        for _ in range(3)
+    ]
+    retrievers = {id(env.unwrapped.tools["search"].retriever) for env in envs}
+    assert len(retrievers) == 1
+    assert envs[0].unwrapped.tools["search"].retriever.embedder is load_embedder(model_dir)
+    for env in envs:
+        env.close()

@@ -39,6 +39,7 @@ from vt_envs.domains.search.embedders import (
     SentenceTransformerEmbedder,
     default_embedder,
     dense_available,
+    load_embedder,
 )
 from vt_envs.domains.search.index import INDEX_KINDS, IndexConfig, build_index, open_index
 from vt_envs.domains.search.loaders import fanoutqa_coverage, load_fanoutqa, load_search_r1
@@ -79,6 +80,7 @@ __all__ = [
     "dense_available",
     "fanoutqa_coverage",
     "format_passages",
+    "load_embedder",
     "load_fanoutqa",
     "load_search_r1",
     "load_search_r1_corpus",
@@ -103,7 +105,7 @@ def _embedder(
 ) -> Embedder | None:
     if embedder is None or isinstance(embedder, Embedder):
         return embedder
-    return SentenceTransformerEmbedder(embedder, query_prefix=query_prefix)
+    return load_embedder(embedder, query_prefix=query_prefix)
 
 
 def _dataset_tasks(dataset: str, split: str, corpus: Corpus) -> TaskSource:

@@ -33,6 +33,7 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "default_embedder",
     "dense_available",
+    "load_embedder",
 ]
 
 SEARCH_EXTRA = "vt-envs[search]"
@@ -159,3 +160,19 @@ def default_embedder() -> SentenceTransformerEmbedder:
         )
     with _LOCK:
         return _load_default()
+
+
+@functools.cache
+def _load(model_dir: str, query_prefix: str, passage_prefix: str) -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder(
+        model_dir, query_prefix=query_prefix, passage_prefix=passage_prefix
+    )
+
+
+def load_embedder(
+    model_dir: str | os.PathLike[str], *, query_prefix: str = "", passage_prefix: str = ""
+) -> SentenceTransformerEmbedder:
+    """The sentence-transformers model in ``model_dir``, loaded once per process
+    (every env that names the same directory and prefixes shares it)."""
+    with _LOCK:
+        return _load(str(Path(model_dir).resolve()), query_prefix, passage_prefix)
