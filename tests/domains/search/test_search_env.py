@@ -234,3 +234,49 @@ def test_an_embedder_directory_is_loaded_once_per_process(own_data):
     assert envs[0].unwrapped.tools["search"].retriever.embedder is load_embedder(model_dir)
     for env in envs:
         env.close()
+
+
+def test_a_vector_env_step_batches_its_searches_into_few_encoder_calls():
+    vec = vt_envs.make_vec("VT-Search-v0", num_envs=16, retriever="dense")
+    batcher = vec.envs[0].tools["search"].retriever.batcher
+    vec.reset(seed=0)
+    batches, queries = batcher.batches, batcher.queries
+    observations, *_ = vec.step([f"<search>capital city number {i}</search>" for i in range(16)])
+    assert batcher.queries - queries == 16
+    assert batcher.batches - batches <= 4, "16 concurrent searches should share encoder calls"
+    assert all("<information>Doc 1 (Title: " in text for text in observations["text"])
+    vec.close()
+
+
+class _SlowQueries:
+    """A lexical embedder whose query encoding takes ``delay_s`` (passages are instant)."""
+
+    def __init__(self, delay_s: float):
+        from search_helpers import HashingEmbedder
+
+        self.inner, self.delay_s = HashingEmbedder(id="slow-queries"), delay_s
+        self.id, self.dim = self.inner.id, self.inner.dim
+
+    def encode(self, texts, *, kind="query"):
+        if kind == "query":
+            import time
+
+            time.sleep(self.delay_s)
+        return self.inner.encode(texts, kind=kind)
+
+
+def test_a_search_past_its_deadline_is_a_timeout_observation(own_data):
+    corpus, questions = own_data
+    env = gym.make(
+        "VT-Search-v0",
+        retriever="dense",
+        corpus=str(corpus),
+        dataset=str(questions),
+        embedder=_SlowQueries(1.0),
+        search_timeout_s=0.2,
+    )
+    env.reset(seed=0)
+    obs, *_, info = env.step("<search>capital of Portugal</search>")
+    assert "did not finish within 0.2 s" in obs["text"]
+    assert info["tool"]["error"] == "timeout" and info["tool"]["latency_s"] < 0.9
+    env.close()
