@@ -6,10 +6,10 @@ Three kinds, each answerable only from the corpus:
   of its subject's name blanked out; the answer is the subject (the title).
 - ``year_cloze`` (one hop): a named article's sentence holding one year,
   with the year blanked out; the answer is the year.
-- ``two_hop``: a sentence of article A that names a person B, with B's name
-  blanked out; the answer is B's nationality, which only B's own summary
-  states (it is not in A's passage), so the agent must first find A to learn
-  who B is, then search for B.
+- ``two_hop``: a sentence of article A that names a person B (one task per
+  person A names), with B's name blanked out; the answer is B's nationality,
+  which only B's own summary states (it is not in A's passage), so the agent
+  must first find A to learn who B is, then search for B.
 
 A candidate is kept only if (a) the answer does not appear in the question
 and (b) each hop's *oracle query* (the blanked sentence for a hop whose
@@ -50,7 +50,7 @@ __all__ = [
 
 TASK_KINDS = ("masked_subject", "year_cloze", "two_hop")
 #: Bumped whenever generation changes, so cached filters are rebuilt.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 HELD_OUT_ONE_IN = 10
 BLANK = "___"
 YEAR_BLANK = "____"
@@ -105,7 +105,8 @@ class Candidate:
 
     @property
     def id(self) -> str:
-        return f"search/{self.split}/{self.kind}/{self.passage}"
+        hops = "-".join(map(str, self.gold_passages))
+        return f"search/{self.split}/{self.kind}/{hops}"
 
 
 def split_of(title: str) -> str:
@@ -226,37 +227,45 @@ class _People:
         return found
 
 
-def _two_hop(i: int, p: Passage, people: _People) -> Candidate | None:
+def _two_hop(i: int, p: Passage, people: _People) -> list[Candidate]:
+    """One task per person named in A's passage (the first sentence naming them)."""
     norm_text = f" {normalize_answer(p.text)} "
+    out: list[Candidate] = []
+    asked: set[str] = set()
     for sentence in _sentences(p.text):
-        names = [n for n in people.mentions(sentence) if n != _base_title(p.title)]
-        if len(set(names)) != 1 or not 6 <= len(sentence.split()) <= _MAX_WORDS:
+        if not 6 <= len(sentence.split()) <= _MAX_WORDS:
             continue
-        name = names[0]
-        j, demonym = people.nationality[name]
-        if f" {normalize_answer(demonym)} " in norm_text:
-            continue  # A's own passage would answer it: not two hops
-        masked = _mask_words(sentence, _name_words(name))
-        if any(re.search(rf"(?<!\w){re.escape(w)}(?!\w)", masked, re.I) for w in _name_words(name)):
-            continue
-        question = (
-            f'The Wikipedia summary of "{p.title}" mentions a person in this sentence, with '
-            f'their name replaced by {BLANK}:\n"{masked}"\nWhat nationality is that person, '
-            "according to their own Wikipedia summary? Answer with the nationality adjective "
-            '(for example "French").'
-        )
-        if _leaks(question, (demonym,)):
-            continue
-        return Candidate(
-            "two_hop",
-            split_of(p.title),
-            i,
-            question,
-            (demonym,),
-            (f"{p.title}: {masked}", name),
-            (i, j),
-        )
-    return None
+        for name in dict.fromkeys(people.mentions(sentence)):
+            j, demonym = people.nationality[name]
+            if name in asked or name == _base_title(p.title):
+                continue
+            if f" {normalize_answer(demonym)} " in norm_text:
+                continue  # A's own passage would answer it: not two hops
+            words = _name_words(name)
+            masked = _mask_words(sentence, words)
+            if any(re.search(rf"(?<!\w){re.escape(w)}(?!\w)", masked, re.I) for w in words):
+                continue
+            question = (
+                f'The Wikipedia summary of "{p.title}" mentions a person in this sentence, with '
+                f'their name replaced by {BLANK}:\n"{masked}"\nWhat nationality is that person, '
+                "according to their own Wikipedia summary? Answer with the nationality adjective "
+                '(for example "French").'
+            )
+            if _leaks(question, (demonym,)):
+                continue
+            asked.add(name)
+            out.append(
+                Candidate(
+                    "two_hop",
+                    split_of(p.title),
+                    i,
+                    question,
+                    (demonym,),
+                    (f"{p.title}: {masked}", name),
+                    (i, j),
+                )
+            )
+    return out
 
 
 def candidate_tasks(corpus: Corpus, kinds: Sequence[str] = TASK_KINDS) -> list[Candidate]:
@@ -274,13 +283,11 @@ def candidate_tasks(corpus: Corpus, kinds: Sequence[str] = TASK_KINDS) -> list[C
             continue
         for i, passage in enumerate(corpus):
             if kind == "masked_subject":
-                candidate = _masked_subject(i, passage)
+                out.extend(filter(None, [_masked_subject(i, passage)]))
             elif kind == "year_cloze":
-                candidate = _year_cloze(i, passage)
+                out.extend(filter(None, [_year_cloze(i, passage)]))
             else:
-                candidate = _two_hop(i, passage, people)
-            if candidate is not None:
-                out.append(candidate)
+                out.extend(_two_hop(i, passage, people))
     return out
 
 
