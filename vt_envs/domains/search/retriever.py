@@ -167,6 +167,11 @@ class Retriever(abc.ABC):
         """The top ``k`` hits of ``query``, micro-batched with concurrent callers."""
         return await asyncio.wrap_future(self.batcher.submit(query, k))
 
+    @property
+    @abc.abstractmethod
+    def index_bytes(self) -> int:
+        """The size of the index data (what one more copy per env would cost)."""
+
     def describe(self) -> dict[str, object]:
         return {"retriever": self.name, "corpus": self.corpus.name, "passages": len(self.corpus)}
 
@@ -255,6 +260,10 @@ class DenseRetriever(Retriever):
             for row_ids, row_scores in zip(ids, scores)
         ]
 
+    @property
+    def index_bytes(self) -> int:
+        return self.index_path.stat().st_size
+
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "index": str(self.index_path), "build_s": self.build_s}
 
@@ -290,6 +299,10 @@ class BM25Retriever(Retriever):
                 shutil.rmtree(tmp, ignore_errors=True)
             self.build_s = time.perf_counter() - start
         self._lock = threading.Lock()
+
+    @property
+    def index_bytes(self) -> int:
+        return sum(getattr(v, "nbytes", 0) for v in self._bm25.scores.values())
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Hit]]:
         import bm25s
