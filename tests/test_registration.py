@@ -11,7 +11,7 @@ import pytest
 import vt_envs
 from vt_envs.errors import UnknownKwargError, UnknownNameError
 
-EXPECTED_IDS = {"VT-Lookup-v0"}
+EXPECTED_IDS = {"VT-Lookup-v0", "VT-Math-v0", "VT-SQL-v0", "VT-Search-v0"}
 
 
 def test_import_registers_every_vt_id():

@@ -62,10 +62,13 @@ class Embedder(Protocol):
 
 def dense_available() -> bool:
     """Whether the ``search`` extra (sentence-transformers + the default model) is installed."""
-    return all(
-        importlib.util.find_spec(name) is not None
-        for name in ("sentence_transformers", _DEFAULT_MODULE)
-    )
+    try:
+        return all(
+            importlib.util.find_spec(name) is not None
+            for name in ("sentence_transformers", "torch", _DEFAULT_MODULE)
+        )
+    except (ImportError, ValueError):  # a broken or blocked install counts as missing
+        return False
 
 
 class SentenceTransformerEmbedder:
