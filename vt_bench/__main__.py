@@ -32,6 +32,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "vt_bench.math_speed",
         "VT-Math-v0 oracle steps/s, python tool latency, verifier exact path vs math-verify.",
     ),
+    "search-speed": (
+        "vt_bench.search_speed",
+        "VT-Search-v0 retrieval: index build, queries/s and p50/p99 single vs micro-batched, "
+        "flat/HNSW/IVF at 10k/100k/1M passages, recall.",
+    ),
     "trainer-speed": (
         "vt_bench.trainer_speed",
         "Trainer update tokens/s (GRPO, PPO) and HF-engine rollout tokens/s, tiny model, CPU.",

@@ -40,6 +40,7 @@ PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
         "math-speed",
         ("--episodes", "20", "--repeats", "3", "--calls", "200", "--verify-calls", "10"),
     ),
+    ("search-speed", ("--sizes", "100000", "--repeats", "2")),
     ("rollout-speed", ("--trajectories", "64")),
     ("trainer-speed", ("--steps", "3")),
 )

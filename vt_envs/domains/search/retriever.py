@@ -13,9 +13,10 @@ Two kinds behind one interface (:class:`Retriever`):
 :func:`shared_retriever` builds each distinct retriever once per process
 and hands the same object to every env (a vector env of 64 envs holds one
 index). Async callers go through :meth:`Retriever.asearch`, which
-micro-batches: queries that arrive within ``batch_window_s`` of each other
-are encoded and searched in one call on a background thread, because the
-encoder's per-call cost, not the FAISS search, dominates a query.
+micro-batches: concurrent queries (those queued while a batch runs, and,
+under concurrency, those arriving within ``batch_window_s``) are encoded and
+searched in one call on a background thread, because the encoder's per-call
+cost, not the FAISS search, dominates a query.
 """
 
 from __future__ import annotations
@@ -79,10 +80,13 @@ class Hit:
 class QueryBatcher:
     """Merges concurrent queries into batched calls of ``search(queries, k)`` on one thread.
 
-    The worker thread takes the first waiting query, then whatever else
-    arrives within ``window_s`` (up to ``max_batch``), runs one batched
-    search and resolves every query's future. Callers on any thread or event
-    loop get a :class:`concurrent.futures.Future`.
+    The worker thread takes the first waiting query and everything already
+    queued behind it (up to ``max_batch``); queries that arrive while a
+    batch runs form the next one. When the last batch held more than one
+    query (callers are concurrent), it also waits up to ``window_s`` for
+    more before running; a lone caller never waits. It runs one batched
+    search and resolves every query's future. Callers on any thread or
+    event loop get a :class:`concurrent.futures.Future`.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class QueryBatcher:
         self._name = name
         self.batches = 0
         self.queries = 0
+        self._last_batch = 1
 
     def submit(self, query: str, k: int) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -119,7 +124,8 @@ class QueryBatcher:
     def _run(self) -> None:
         while True:
             batch = [self._queue.get()]
-            deadline = time.monotonic() + self.window_s
+            window = self.window_s if self._last_batch > 1 else 0.0
+            deadline = time.monotonic() + window
             while len(batch) < self.max_batch:
                 left = deadline - time.monotonic()
                 try:
@@ -128,6 +134,7 @@ class QueryBatcher:
                     )
                 except queue.Empty:
                     break
+            self._last_batch = len(batch)
             live = [item for item in batch if item[2].set_running_or_notify_cancel()]
             if not live:
                 continue
