@@ -1,0 +1,9 @@
+"""VT-Visual-v0's building blocks (the env id is not registered yet).
+
+- :mod:`~vt_envs.domains.visual.bbox`: the bbox conventions (pixels,
+  normalized, qwen1000), stated and never guessed;
+- :mod:`~vt_envs.domains.visual.ops`: the image operations of the tools
+  (crop, zoom, rotate, flip, grayscale, contrast) on read-only arrays;
+- :mod:`~vt_envs.domains.visual.scenes`: procedural V*-style scenes with
+  small targets and known answers.
+"""
