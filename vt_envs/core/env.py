@@ -29,6 +29,7 @@ from vt_envs.core.parser import ActionParser, ParseResult, ToolCall
 from vt_envs.core.prompt import ACTION_FORMATS, render_system_prompt
 from vt_envs.core.spaces import UnicodeText, token_sequence_space
 from vt_envs.core.task import Task, TaskSource
+from vt_envs.core.text import valid_utf8
 from vt_envs.core.tokenizer import ChatTokenizer, ObservationEncoder, load_tokenizer
 from vt_envs.core.tool import Tool, ToolResult
 from vt_envs.core.verifier import Score, Verifier
@@ -571,6 +572,7 @@ class ToolEnv(gym.Env[dict, str]):
         """
         eos = self.tokenizer.eos_token
         if isinstance(action, str):
+            action = valid_utf8(action)
             return action, action.endswith(eos), len(self.tokenizer.encode(action))
         ids = np.asarray(action)
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):

@@ -171,7 +171,7 @@ def test_prebuilt_index_through_gym_make(own_data, tmp_path):
         dataset=str(questions),
     )
     retriever = env.unwrapped.tools["search"].retriever
-    assert retriever.name.endswith("/prebuilt") and retriever.index_path == index_path
+    assert "/prebuilt-" in retriever.name and retriever.index_path == index_path
     env.reset(seed=0)
     obs, *_ = env.step("<search>Vienna river</search>")
     assert "Doc 1 (Title: Danube)" in obs["text"]
@@ -280,3 +280,47 @@ def test_a_search_past_its_deadline_is_a_timeout_observation(own_data):
     assert "did not finish within 0.2 s" in obs["text"]
     assert info["tool"]["error"] == "timeout" and info["tool"]["latency_s"] < 0.9
     env.close()
+
+
+@pytest.mark.parametrize("retriever", RETRIEVERS)
+def test_a_query_with_a_lone_surrogate_fails_nobody(retriever):
+    vec = vt_envs.make_vec("VT-Search-v0", num_envs=4, retriever=retriever)
+    vec.reset(seed=0)
+    bad = (
+        '<tool_call>{"name": "search", "arguments": {"query": "paris \\ud800 france"}}</tool_call>'
+    )
+    actions = [
+        "<search>capital of Italy</search>",
+        bad,
+        "<search>Danube</search>",
+        "\ud800 <search>Rome</search>",
+    ]
+    observations, _, _, _, infos = vec.step(actions)
+    assert all("<information>Doc 1 (Title: " in text for text in observations["text"])
+    vec.close()
+
+
+def test_bad_options_are_typed_errors():
+    from vt_envs.errors import InvalidConfigError
+
+    for kwargs in (
+        {"top_k": 0},
+        {"top_k": 2.5},
+        {"size": 0},
+        {"kinds": "two_hop"},
+        {"kinds": ["x"]},
+        {"search_timeout_s": 0},
+    ):
+        with pytest.raises(InvalidConfigError):
+            gym.make("VT-Search-v0", retriever="bm25", **kwargs)
+
+
+def test_a_corpus_file_is_read_once_per_process(own_data):
+    corpus, questions = own_data
+    envs = [
+        gym.make("VT-Search-v0", retriever="bm25", corpus=str(corpus), dataset=str(questions))
+        for _ in range(3)
+    ]
+    assert len({id(env.unwrapped.tools["search"].retriever.corpus) for env in envs}) == 1
+    for env in envs:
+        env.close()

@@ -31,7 +31,7 @@ def _titles(retriever, query, k=2):
 def test_every_index_kind_finds_the_passage(kind, small_corpus, embedder, tmp_path):
     dense = DenseRetriever(small_corpus, embedder, index=kind, cache=tmp_path, progress=False)
     assert _titles(dense, "capital of Portugal Atlantic Tagus")[0] == "Lisbon"
-    assert dense.name == f"dense:hashing-512/{kind}"
+    assert dense.name.startswith(f"dense:hashing-512/{kind}")
 
 
 def test_embeddings_and_index_are_cached_by_corpus_and_embedder(small_corpus, tmp_path):
@@ -55,7 +55,7 @@ def test_prebuilt_index_is_opened_and_checked(small_corpus, embedder, tmp_path):
     faiss.write_index(build_index(vectors, IndexConfig()), str(path))
     dense = DenseRetriever(small_corpus, embedder, index_path=path)
     assert _titles(dense, "capital of Austria Danube")[0] == "Vienna"
-    assert dense.name == "dense:hashing-512/prebuilt"
+    assert dense.name.startswith("dense:hashing-512/prebuilt-")
 
     faiss.write_index(build_index(vectors[:3], IndexConfig()), str(path))
     with pytest.raises(InvalidConfigError, match="holds 3 vectors"):
@@ -98,11 +98,11 @@ def test_concurrent_queries_share_one_encoder_call(small_corpus, embedder, tmp_p
 
 def test_a_failing_batch_fails_its_queries_not_the_batcher(small_corpus, tmp_path):
     class Flaky(HashingEmbedder):
-        fail = True
+        failures = 2  # the batch, then the query run alone
 
         def encode(self, texts, *, kind="query"):
-            if kind == "query" and self.fail:
-                self.fail = False
+            if kind == "query" and self.failures:
+                self.failures -= 1
                 raise RuntimeError("encoder broke")
             return super().encode(texts, kind=kind)
 
@@ -160,3 +160,85 @@ def test_auto_falls_back_to_bm25_once_naming_the_extra(monkeypatch, caplog):
     assert resolve_retriever_kind("dense") == "dense"  # an explicit choice is kept
     with pytest.raises(InvalidConfigError, match="retriever must be one of"):
         resolve_retriever_kind("splade")
+
+
+def test_one_failing_query_does_not_fail_the_queries_batched_with_it(small_corpus, tmp_path):
+    class Picky(HashingEmbedder):
+        def encode(self, texts, *, kind="query"):
+            if kind == "query" and any("poison" in t for t in texts):
+                if len(texts) == 1:
+                    raise TypeError("cannot encode this query")
+                raise TypeError("a batch holding the bad query")
+            return super().encode(texts, kind=kind)
+
+    dense = DenseRetriever(
+        small_corpus, Picky(), cache=tmp_path, progress=False, batch_window_s=0.05
+    )
+
+    async def ask():
+        queries = ["France Seine", "poison", "Italy Romulus", "Spain Iberian"]
+        return await asyncio.gather(*(dense.asearch(q, 1) for q in queries), return_exceptions=True)
+
+    good, bad, *rest = asyncio.run(ask())
+    assert isinstance(bad, TypeError) and "this query" in str(bad)
+    assert [small_corpus[r[0].index].title for r in (good, *rest)] == ["Paris", "Rome", "Madrid"]
+
+
+def test_the_batcher_restarts_in_a_forked_child(small_corpus, embedder, tmp_path):
+    import multiprocessing
+
+    dense = DenseRetriever(small_corpus, embedder, cache=tmp_path, progress=False)
+    asyncio.run(dense.asearch("France", 1))  # the parent's batcher thread is running
+    context = multiprocessing.get_context("fork")
+    child = context.Process(target=_search_once, args=(dense,))
+    child.start()
+    child.join(timeout=20)
+    assert child.exitcode == 0
+
+
+def _search_once(dense) -> None:
+    hits = asyncio.run(asyncio.wait_for(dense.asearch("capital of Austria Danube", 1), 5))
+    raise SystemExit(0 if dense.corpus[hits[0].index].title == "Vienna" else 1)
+
+
+def test_index_parameters_and_models_are_part_of_every_cache_key(small_corpus, embedder, tmp_path):
+    from vt_envs.domains.search.embedders import _weights_digest
+
+    names = {
+        DenseRetriever(small_corpus, embedder, index=cfg, cache=tmp_path, progress=False).name
+        for cfg in (
+            {"kind": "ivf", "ivf_nprobe": 1},
+            {"kind": "ivf"},
+            {"kind": "hnsw", "ef_search": 8},
+            "hnsw",
+        )
+    }
+    assert len(names) == 4
+    for name, data in (("a", b"\x00" * 64), ("b", b"\x00" * 63 + b"\x01")):  # same size
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(data)
+    assert _weights_digest(tmp_path / "a") != _weights_digest(tmp_path / "b")
+
+
+def test_unreadable_cache_files_are_rebuilt_and_a_bad_prebuilt_index_is_named(
+    small_corpus, tmp_path, caplog
+):
+    DenseRetriever(small_corpus, HashingEmbedder(), cache=tmp_path, progress=False)
+    (index_file,) = tmp_path.glob("*/index-flat.faiss")
+    (embeddings,) = tmp_path.glob("*/embeddings.npy")
+    index_file.write_bytes(index_file.read_bytes()[:100])
+    embeddings.write_bytes(embeddings.read_bytes()[:200])
+    with caplog.at_level(logging.WARNING):
+        rebuilt = DenseRetriever(small_corpus, HashingEmbedder(), cache=tmp_path, progress=False)
+    assert _titles(rebuilt, "Danube river Austria")[0] == "Vienna"
+    assert sum("unreadable" in r.getMessage() for r in caplog.records) == 2
+
+    garbage = tmp_path / "user.index"
+    garbage.write_bytes(b"not an index")
+    with pytest.raises(InvalidConfigError, match=r"user\.index.*not a readable FAISS index"):
+        DenseRetriever(small_corpus, HashingEmbedder(), index_path=garbage)
+
+    BM25Retriever(small_corpus, cache=tmp_path)
+    (vocab,) = tmp_path.glob("*bm25s*/vocab.index.json")
+    vocab.write_text("{ broken")
+    assert _titles(BM25Retriever(small_corpus, cache=tmp_path), "Romulus legend")[0] == "Rome"

@@ -118,6 +118,19 @@ def _dataset_tasks(dataset: str, split: str, corpus: Corpus) -> TaskSource:
     return load_search_r1(dataset, split=split)
 
 
+def _check_options(*, top_k: Any, size: Any, kinds: Any, search_timeout_s: Any) -> None:
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise InvalidConfigError(f"top_k must be an int >= 1, got {top_k!r}")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise InvalidConfigError(f"size must be None or an int >= 1, got {size!r}")
+    if isinstance(kinds, str) or not all(k in TASK_KINDS for k in kinds):
+        raise InvalidConfigError(
+            f"kinds must be a list of task kinds from {list(TASK_KINDS)}, got {kinds!r}"
+        )
+    if not isinstance(search_timeout_s, (int, float)) or search_timeout_s <= 0:
+        raise InvalidConfigError(f"search_timeout_s must be > 0, got {search_timeout_s!r}")
+
+
 @env_builder
 def make_search_env(
     *,
@@ -166,6 +179,7 @@ def make_search_env(
         max_turns, max_episode_tokens, max_observation_tokens, **env_kwargs:
             passed to :class:`ToolEnv`.
     """
+    _check_options(top_k=top_k, size=size, kinds=kinds, search_timeout_s=search_timeout_s)
     passages = as_corpus(corpus)
     shared = shared_retriever(
         retriever,

@@ -179,13 +179,23 @@ def load_search_r1_corpus(
 
 
 def as_corpus(corpus: Corpus | str | os.PathLike[str] | None) -> Corpus:
-    """``None`` → the embedded corpus; a path → :func:`load_search_r1_corpus`."""
+    """``None`` → the embedded corpus; a path → :func:`load_search_r1_corpus`, read
+    once per process per file version (every env naming it shares one Corpus)."""
     if corpus is None:
         return vital_articles_corpus()
     if isinstance(corpus, Corpus):
         return corpus
     if isinstance(corpus, (str, os.PathLike)):
-        return load_search_r1_corpus(corpus)
+        path = Path(corpus)
+        if not path.is_file():
+            raise DatasetFormatError(f"corpus file {str(path)!r} does not exist")
+        stat = path.stat()
+        return _load_once(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     raise InvalidConfigError(
         f"corpus must be None, a Corpus or a path to a Search-R1 JSONL, got {type(corpus).__name__}"
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _load_once(path: str, size: int, mtime_ns: int) -> Corpus:
+    return load_search_r1_corpus(path)

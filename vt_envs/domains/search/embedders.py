@@ -15,6 +15,7 @@ loaded once per process and shared.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
 import threading
@@ -113,7 +114,12 @@ class SentenceTransformerEmbedder:
         self.dim = int(dimension())
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         self.batch_size = batch_size
-        self.id = id or f"{model_dir.name}-{_weights_size(model_dir)}-{self.model.max_seq_length}"
+        # The id names the weights by content and every input that changes a
+        # passage's vector, so two models never share a cache entry.
+        self.id = id or (
+            f"{model_dir.name}-{_weights_digest(model_dir)}"
+            f"-len{self.model.max_seq_length}{_prefix_tag(passage_prefix)}"
+        )
         # One forward at a time: torch's intra-op pool is shared, and the
         # micro-batcher already merges concurrent queries into one call.
         self._lock = threading.Lock()
@@ -137,10 +143,23 @@ class SentenceTransformerEmbedder:
         return f"SentenceTransformerEmbedder(id={self.id!r}, dim={self.dim})"
 
 
-def _weights_size(model_dir: Path) -> int:
-    return sum(p.stat().st_size for p in model_dir.glob("*.safetensors")) or sum(
-        p.stat().st_size for p in model_dir.glob("*.bin")
-    )
+@functools.cache
+def _weights_digest(model_dir: Path) -> str:
+    """SHA-256 (12 hex) of the model's weight files, read once per process."""
+    digest = hashlib.sha256()
+    files = sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("*.bin"))
+    for path in files:
+        digest.update(path.name.encode())
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()[:12]
+
+
+def _prefix_tag(passage_prefix: str) -> str:
+    if not passage_prefix:
+        return ""
+    return "-p" + hashlib.sha256(passage_prefix.encode()).hexdigest()[:8]
 
 
 _LOCK = threading.Lock()
@@ -151,7 +170,9 @@ def _load_default() -> SentenceTransformerEmbedder:
     spec = importlib.util.find_spec(_DEFAULT_MODULE)
     assert spec is not None and spec.submodule_search_locations
     model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
-    return SentenceTransformerEmbedder(model_dir, id="all-MiniLM-L6-v2")
+    return SentenceTransformerEmbedder(
+        model_dir, id=f"all-MiniLM-L6-v2-{_weights_digest(model_dir)}"
+    )
 
 
 def default_embedder() -> SentenceTransformerEmbedder:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import time
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 INDEX_KINDS = ("flat", "hnsw", "ivf")
+
+logger = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
@@ -98,6 +101,14 @@ class IndexConfig:
     def nlist(self, n: int) -> int:
         return self.ivf_nlist or max(1, min(n // 39, int(4 * math.sqrt(n))))
 
+    def describe(self, n: int) -> str:
+        """Build and search parameters (what changes results): for names and cache keys."""
+        if self.kind == "hnsw":
+            return f"{self.cache_name(n)}-ef{self.ef_search}"
+        if self.kind == "ivf":
+            return f"{self.cache_name(n)}-nprobe{self.ivf_nprobe}"
+        return self.cache_name(n)
+
     def cache_name(self, n: int) -> str:
         if self.kind == "flat":
             return "flat"
@@ -143,14 +154,25 @@ def apply_search_params(index: object, config: IndexConfig) -> None:
 
 
 def open_index(path: str | os.PathLike[str], *, mmap: bool = True) -> object:
-    """Read a FAISS index file, memory-mapped by default (shared between processes)."""
+    """Read a FAISS index file, memory-mapped by default (shared between processes).
+
+    Raises :class:`InvalidConfigError` naming the file when it is missing or
+    not a readable FAISS index (truncated, another format).
+    """
     import faiss
 
     path = Path(path)
     if not path.is_file():
         raise InvalidConfigError(f"FAISS index file {str(path)!r} does not exist")
     flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
-    return faiss.read_index(str(path), flags)
+    try:
+        return faiss.read_index(str(path), flags)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidConfigError(
+            f"{str(path)!r} is not a readable FAISS index ({first}); rebuild it or pass "
+            "the file faiss.write_index wrote"
+        ) from None
 
 
 def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
@@ -166,11 +188,24 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
 
 
 def cached_array(path: Path, compute: Callable[[], np.ndarray]) -> np.ndarray:
-    """``np.load(path, mmap_mode="r")`` if cached, else compute, save atomically and load."""
-    if not path.is_file():
-        array = np.ascontiguousarray(compute())
-        write_atomically(path, lambda tmp: _save_npy(tmp, array))
+    """``np.load(path, mmap_mode="r")`` if cached, else compute, save atomically and load.
+
+    A cached file that cannot be read (truncated by a full disk...) is
+    rebuilt, with a warning.
+    """
+    if path.is_file():
+        try:
+            return np.load(path, mmap_mode="r")
+        except (ValueError, OSError, EOFError) as exc:
+            _discard(path, exc)
+    array = np.ascontiguousarray(compute())
+    write_atomically(path, lambda tmp: _save_npy(tmp, array))
     return np.load(path, mmap_mode="r")
+
+
+def _discard(path: Path, exc: BaseException) -> None:
+    logger.warning("the cached %s is unreadable (%s); rebuilding it", path, exc)
+    path.unlink(missing_ok=True)
 
 
 def _save_npy(tmp: Path, array: np.ndarray) -> None:
@@ -189,14 +224,21 @@ def cached_index(
 
     path = directory / f"index-{config.cache_name(n)}.faiss"
     seconds = 0.0
-    if not path.is_file():
-        start = time.perf_counter()
-        index = build_index(np.asarray(vectors()), config)
-        seconds = time.perf_counter() - start
-        write_atomically(path, lambda tmp: faiss.write_index(index, str(tmp)))
-        _write_meta(
-            directory, path.name, {"build_s": seconds, "ntotal": n, **dataclasses.asdict(config)}
-        )
+    if path.is_file():
+        try:
+            index = open_index(path)
+            if index.ntotal == n:
+                apply_search_params(index, config)
+                return index, path, seconds
+            _discard(path, ValueError(f"it holds {index.ntotal} vectors, not {n}"))
+        except InvalidConfigError as exc:
+            _discard(path, exc)
+    start = time.perf_counter()
+    index = build_index(np.asarray(vectors()), config)
+    seconds = time.perf_counter() - start
+    write_atomically(path, lambda tmp: faiss.write_index(index, str(tmp)))
+    meta = {"build_s": seconds, "ntotal": n, **dataclasses.asdict(config)}
+    _write_meta(directory, path.name, meta)
     index = open_index(path)
     apply_search_params(index, config)
     return index, path, seconds

@@ -24,6 +24,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import concurrent.futures
+import hashlib
 import logging
 import os
 import queue
@@ -105,6 +106,7 @@ class QueryBatcher:
         self.batches = 0
         self.queries = 0
         self._last_batch = 1
+        self._pid = os.getpid()
 
     def submit(self, query: str, k: int) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -113,6 +115,10 @@ class QueryBatcher:
         return future
 
     def _ensure_thread(self) -> None:
+        if self._pid != os.getpid():  # a forked child: the parent's thread is not here
+            with self._start_lock:
+                if self._pid != os.getpid():
+                    self._queue, self._thread, self._pid = queue.SimpleQueue(), None, os.getpid()
         if self._thread is None:
             with self._start_lock:
                 if self._thread is None:
@@ -142,12 +148,20 @@ class QueryBatcher:
             self.queries += len(live)
             try:
                 results = self._search([q for q, _, _ in live], max(k for _, k, _ in live))
-            except BaseException as exc:  # a retriever bug fails these queries, not the thread
-                for _, _, future in live:
-                    future.set_exception(exc)
+            except Exception:
+                # One bad query must not fail the others it was batched with: run
+                # them one by one, so a failure stays with the query that caused it.
+                self._run_alone(live)
                 continue
             for (_, k, future), hits in zip(live, results):
                 future.set_result(hits[:k])
+
+    def _run_alone(self, items: list) -> None:
+        for query, k, future in items:
+            try:
+                future.set_result(self._search([query], k)[0][:k])
+            except Exception as exc:  # a retriever bug fails this query, not the thread
+                future.set_exception(exc)
 
 
 class Retriever(abc.ABC):
@@ -217,10 +231,14 @@ class DenseRetriever(Retriever):
         self.config = IndexConfig.coerce(index)
         self.build_s = 0.0
         if index_path is not None:
+            self.index_path = Path(index_path)
             self.index = open_index(index_path)
             apply_search_params(self.index, self.config)
-            self.index_path = Path(index_path)
-            source = "prebuilt"
+            stat = self.index_path.stat()
+            where = f"{self.index_path.resolve()}\x00{stat.st_size}\x00{stat.st_mtime_ns}"
+            source = f"prebuilt-{hashlib.sha256(where.encode()).hexdigest()[:10]}"
+            if self.config.kind != "flat":
+                source += f"-{self.config.describe(len(corpus))}"
         else:
             directory = (cache or cache_dir()) / cache_key(corpus.content_hash, embedder.id)
             self.index, self.index_path, self.build_s = cached_index(
@@ -229,7 +247,7 @@ class DenseRetriever(Retriever):
                 len(corpus),
                 self.config,
             )
-            source = self.config.kind
+            source = self.config.describe(len(corpus))
         if self.index.ntotal != len(corpus) or self.index.d != embedder.dim:
             raise InvalidConfigError(
                 f"the index {str(self.index_path)!r} holds {self.index.ntotal} vectors of "
@@ -286,10 +304,19 @@ class BM25Retriever(Retriever):
         self.name = "bm25"
         directory = (cache or cache_dir()) / cache_key(corpus.content_hash, "bm25s")
         start = time.perf_counter()
+        self._bm25 = None
         if (directory / "params.index.json").is_file():
-            self._bm25 = bm25s.BM25.load(str(directory), mmap=True)
-            self.build_s = 0.0
-        else:
+            try:
+                self._bm25 = bm25s.BM25.load(str(directory), mmap=True)
+                self.build_s = 0.0
+            except Exception as exc:  # a truncated or half-deleted cache: rebuild it
+                logger.warning(
+                    "the cached BM25 index %s is unreadable (%r); rebuilding", directory, exc
+                )
+                import shutil
+
+                shutil.rmtree(directory, ignore_errors=True)
+        if self._bm25 is None:
             tokens = bm25s.tokenize(
                 [p.contents() for p in corpus], stopwords="en", show_progress=False
             )

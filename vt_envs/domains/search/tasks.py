@@ -25,6 +25,7 @@ the subject of a training question.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -50,7 +51,7 @@ __all__ = [
 
 TASK_KINDS = ("masked_subject", "year_cloze", "two_hop")
 #: Bumped whenever generation changes, so cached filters are rebuilt.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 HELD_OUT_ONE_IN = 10
 BLANK = "___"
 YEAR_BLANK = "____"
@@ -64,6 +65,18 @@ def _words(text: str) -> frozenset[str]:
 _STOPWORDS = _words(
     "a an the of and or in on at to for by with from as is was de la le du von van "
     "der al el i ii iii iv"
+)
+_YEAR_CONTEXT = _words(
+    "in since by from until till to of c c. circa ca. around about between before after "
+    "during early late mid and or year years the its"
+)
+_ERAS = frozenset({"BC", "BCE", "AD", "CE"})
+_HONORIFICS = _words("Sir Dame President King Queen Emperor Pope Saint St Dr General Prince")
+_NAME_CONNECTORS = _words("de da del di du et van von der la le of y and")
+_NOT_PEOPLE = _words(
+    "City Company Prize Award University College Institute School Lake River Mountain "
+    "Street Square Park Bridge Airport Stadium Museum Foundation Center Centre Dynasty "
+    "Jr Jr. Sr Sr. Building Tower Hall Station Memorial"
 )
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 _YEAR = re.compile(r"(?<![\d$£€.,])\b(1[0-9]{3}|20[0-2][0-9])\b(?![\d,.]\d)")
@@ -103,10 +116,13 @@ class Candidate:
     queries: tuple[str, ...]
     gold_passages: tuple[int, ...]
 
+    key: str = ""
+
     @property
     def id(self) -> str:
-        hops = "-".join(map(str, self.gold_passages))
-        return f"search/{self.split}/{self.kind}/{hops}"
+        """Opaque and stable: a hash of the kind and the hop articles' titles (never
+        their corpus positions, which would point an agent at the answer)."""
+        return f"search/{self.split}/{self.kind}/{self.key}"
 
 
 def split_of(title: str) -> str:
@@ -130,11 +146,30 @@ def _name_words(title: str) -> list[str]:
     return content or words
 
 
-def _mask_words(text: str, words: Iterable[str], blank: str = BLANK) -> str:
+def _mask_words(
+    text: str, words: Iterable[str], blank: str = BLANK, *, inflections: bool = False
+) -> tuple[str, list[str]]:
+    """Blank every occurrence of ``words`` (and their possessives; with
+    ``inflections``, also longer words they start, e.g. "algebra" → "algebraic").
+
+    Returns the masked text and the original spans that were blanked.
+    """
+    replaced: list[str] = []
+
+    def blank_out(match: re.Match) -> str:
+        replaced.append(match.group(0))
+        return blank
+
     for word in sorted(set(words), key=len, reverse=True):
-        text = re.sub(rf"(?<![\w]){re.escape(word)}(?:'s|’s)?(?![\w])", blank, text, flags=re.I)
+        tail = r"\w*" if inflections and len(word) >= 4 else ""
+        pattern = rf"(?<![\w]){re.escape(word)}{tail}(?:'s|’s)?(?![\w])"
+        text = re.sub(pattern, blank_out, text, flags=re.I)
     # "___ ___" (a full name) reads as one blank.
-    return re.sub(rf"{re.escape(blank)}(?:[\s,.-]+{re.escape(blank)})+", blank, text)
+    return re.sub(rf"{re.escape(blank)}(?:[\s,.-]+{re.escape(blank)})+", blank, text), replaced
+
+
+def _still_names(text: str, words: Iterable[str]) -> bool:
+    return any(re.search(rf"(?<!\w){re.escape(w)}(?!\w)", text, re.I) for w in words)
 
 
 def _cap_words(text: str, limit: int = _MAX_WORDS) -> str:
@@ -155,37 +190,48 @@ def _masked_subject(i: int, p: Passage) -> Candidate | None:
     if len(text.split()) < 12 and len(sentences) > 1:
         text = f"{text} {sentences[1]}"
     words = _name_words(p.title)
-    masked = _cap_words(_mask_words(text, words))
-    if BLANK not in masked or len(masked.split()) < 8:
+    masked, replaced = _mask_words(text, words, inflections=True)
+    masked = _cap_words(masked)
+    if BLANK not in masked or len(masked.split()) < 8 or _still_names(masked, words):
         return None
-    golds = tuple(dict.fromkeys([p.title, _base_title(p.title)]))
-    if any(re.search(rf"(?<!\w){re.escape(w)}(?!\w)", masked, re.I) for w in words):
-        return None
+    # The passage may name its subject more briefly than the title ("Sex" for
+    # "Biological sex"): the first blanked span counts too.
+    spans = [s for s in replaced if len(s) >= 3 and s.lower() not in _STOPWORDS]
+    golds = tuple(dict.fromkeys([p.title, _base_title(p.title), *spans[:1]]))
     question = (
         f"Which subject is this passage about? Its name is replaced by {BLANK}.\n"
         f'"{masked}"\nAnswer with the name of the subject.'
     )
     if _leaks(question, golds):
         return None
-    return Candidate("masked_subject", split_of(p.title), i, question, golds, (masked,), (i,))
+    return Candidate("masked_subject", "", i, question, golds, (masked,), (i,))
 
 
 def _year_cloze(i: int, p: Passage) -> Candidate | None:
     for sentence in _sentences(p.text):
-        years = _YEAR.findall(sentence)
-        if len(years) != 1 or years[0] in p.title or not 6 <= len(sentence.split()) <= _MAX_WORDS:
+        years = list(_YEAR.finditer(sentence))
+        if len(years) != 1 or not 6 <= len(sentence.split()) <= _MAX_WORDS:
             continue
-        year = years[0]
-        masked = _YEAR.sub(YEAR_BLANK, sentence)
+        match = years[0]
+        year = match.group(1)
+        before = sentence[: match.start()].split()[-1:] or [""]
+        after = sentence[match.end() :].split()[:1] or [""]
+        era = after[0].strip(".,;:)").upper()
+        # A year, not a quantity ("over 1100 species", "2×1019 km"): a temporal word
+        # before it, or an era after it.
+        if before[0].lower().strip("(,") not in _YEAR_CONTEXT and era not in _ERAS:
+            continue
+        if year in p.title:
+            continue
+        masked = sentence[: match.start()] + YEAR_BLANK + sentence[match.end() :]
+        golds = (f"{year} {era}", year) if era in _ERAS else (year,)
         question = (
             f'The Wikipedia summary of "{p.title}" has this sentence, with a year replaced by '
             f'{YEAR_BLANK}:\n"{masked}"\nWhich year is it? Answer with the year only.'
         )
-        if _leaks(question, (year,)):
+        if _leaks(question, golds):
             continue
-        return Candidate(
-            "year_cloze", split_of(p.title), i, question, (year,), (f"{p.title}: {masked}",), (i,)
-        )
+        return Candidate("year_cloze", "", i, question, golds, (f"{p.title}: {masked}",), (i,))
     return None
 
 
@@ -216,15 +262,34 @@ class _People:
         self.longest = max((len(t.split()) for t in self.nationality), default=0)
 
     def mentions(self, sentence: str) -> list[str]:
-        words = sentence.replace(",", " ").replace(".", " ").split()
+        """Person names standing alone in ``sentence``: not part of a longer proper
+        noun ("Muhammad Ali Jinnah", "Ho Chi Minh City", "Marie Curie" in
+        "Université Pierre et Marie Curie")."""
+        words = sentence.replace(",", " , ").replace(";", " ; ").split()
         found = []
         for start in range(len(words)):
             for n in range(min(self.longest, len(words) - start), 1, -1):
-                name = " ".join(words[start : start + n])
-                if name in self.nationality:
+                name = " ".join(words[start : start + n]).rstrip(".")
+                if name in self.nationality and _stands_alone(words, start, start + n):
                     found.append(name)
                     break
         return found
+
+
+def _capitalized(word: str) -> bool:
+    return word[:1].isupper()
+
+
+def _stands_alone(words: Sequence[str], start: int, end: int) -> bool:
+    before = words[start - 1] if start > 0 else ""
+    after = words[end] if end < len(words) else ""
+    if _capitalized(before) and before.rstrip(".") not in _HONORIFICS:
+        return False  # "Muhammad Ali" inside "... Lake Mobutu Sese Seko"
+    if _capitalized(after) or after.rstrip(".,") in _NOT_PEOPLE:
+        return False  # "Muhammad Ali Jinnah", "Ho Chi Minh City"
+    # "Marie Curie" in "Université Pierre et Marie Curie"
+    connected = before.lower() in _NAME_CONNECTORS and start > 1
+    return not (connected and _capitalized(words[start - 2]))
 
 
 def _two_hop(i: int, p: Passage, people: _People) -> list[Candidate]:
@@ -241,9 +306,10 @@ def _two_hop(i: int, p: Passage, people: _People) -> list[Candidate]:
                 continue
             if f" {normalize_answer(demonym)} " in norm_text:
                 continue  # A's own passage would answer it: not two hops
-            words = _name_words(name)
-            masked = _mask_words(sentence, words)
-            if any(re.search(rf"(?<!\w){re.escape(w)}(?!\w)", masked, re.I) for w in words):
+            # Only the person's own name (and surname alone), not words it shares
+            # with other names in the sentence ("Friedrich" Nietzsche).
+            masked, _ = _mask_words(sentence, [name, name.split()[-1]])
+            if _still_names(masked, [name]) or BLANK not in masked:
                 continue
             question = (
                 f'The Wikipedia summary of "{p.title}" mentions a person in this sentence, with '
@@ -257,7 +323,7 @@ def _two_hop(i: int, p: Passage, people: _People) -> list[Candidate]:
             out.append(
                 Candidate(
                     "two_hop",
-                    split_of(p.title),
+                    "",
                     i,
                     question,
                     (demonym,),
@@ -288,6 +354,24 @@ def candidate_tasks(corpus: Corpus, kinds: Sequence[str] = TASK_KINDS) -> list[C
                 out.extend(filter(None, [_year_cloze(i, passage)]))
             else:
                 out.extend(_two_hop(i, passage, people))
+    return _assign_splits(corpus, out)
+
+
+def _assign_splits(corpus: Corpus, candidates: list[Candidate]) -> list[Candidate]:
+    """Held-out articles: one title in ten by hash, plus every article A whose two-hop
+    bridge person B is held out. A task is ``test`` if all its articles are held
+    out, ``train`` if none is, and dropped otherwise, so no training question
+    shows a held-out question's answer (a train question about B would)."""
+    held_out = {i for i, p in enumerate(corpus) if split_of(p.title) == "test"}
+    held_out |= {c.gold_passages[0] for c in candidates if c.gold_passages[-1] in held_out}
+    out = []
+    for c in candidates:
+        inside = [j in held_out for j in c.gold_passages]
+        if all(inside) or not any(inside):
+            titles = "\x00".join(corpus[j].title for j in c.gold_passages)
+            key = hashlib.sha256(f"{c.kind}\x00{titles}".encode()).hexdigest()[:12]
+            split = "test" if all(inside) else "train"
+            out.append(dataclasses.replace(c, split=split, key=key))
     return out
 
 
@@ -319,7 +403,10 @@ def _kept_ids(
     )
     path = cache_dir() / "tasks" / f"{name}.json"
     if path.is_file():
-        return set(json.loads(path.read_text()))
+        try:
+            return set(json.loads(path.read_text()))
+        except (ValueError, TypeError):  # unreadable: compute it again
+            path.unlink(missing_ok=True)
     mine = [c for c in candidates if c.split == split]
     kept = [c.id for c, ok in zip(mine, retrievable(mine, retriever, k)) if ok]
     write_atomically(path, lambda tmp: tmp.write_text(json.dumps(kept)))

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from vt_envs.core.text import valid_utf8
 from vt_envs.core.tool import Tool, ToolResult
 from vt_envs.domains.search.retriever import Retriever
 from vt_envs.errors import InvalidConfigError
@@ -81,7 +82,7 @@ class SearchTool(Tool):
     async def call(
         self, session: Any, arguments: Mapping[str, Any], *, timeout_s: float
     ) -> ToolResult:
-        query = " ".join(str(arguments["query"]).split())[:MAX_QUERY_CHARS]
+        query = " ".join(valid_utf8(str(arguments["query"])).split())[:MAX_QUERY_CHARS]
         if not query:
             return ToolResult.failure(
                 "Error: the search query is empty. Put what you are looking for between "
