@@ -82,18 +82,24 @@ def read_records(
     if fmt == "jsonl":
         records = []
         with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise DatasetFormatError(
-                        f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
-                    ) from None
+            try:
+                for lineno, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        records.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise DatasetFormatError(
+                            f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})"
+                        ) from None
+            except UnicodeDecodeError as exc:
+                raise DatasetFormatError(f"{path}: not UTF-8 text ({exc.reason})") from None
         return records
     if fmt == "json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DatasetFormatError(f"{path}: not valid UTF-8 JSON ({exc})") from None
         if isinstance(data, Mapping):  # {"data": [...]} wrappers are common
             lists = [v for v in data.values() if isinstance(v, list)]
             data = lists[0] if len(lists) == 1 else data
@@ -108,6 +114,8 @@ def read_records(
             cursor = con.execute("SELECT * FROM read_parquet(?)", [str(path)])
             columns = [d[0] for d in cursor.description]
             return [dict(zip(columns, row)) for row in cursor.fetchall()]
+        except duckdb.Error as exc:
+            raise DatasetFormatError(f"{path}: not a readable Parquet file ({exc})") from None
         finally:
             con.close()
     raise DatasetFormatError(f"format must be one of {FORMATS}, got {fmt!r}")

@@ -324,3 +324,29 @@ def test_a_corpus_file_is_read_once_per_process(own_data):
     assert len({id(env.unwrapped.tools["search"].retriever.corpus) for env in envs}) == 1
     for env in envs:
         env.close()
+
+
+def test_malformed_question_and_corpus_files_are_typed_errors(tmp_path):
+    from vt_envs.domains.search.corpus import Corpus, Passage, load_search_r1_corpus
+    from vt_envs.errors import DatasetFormatError, InvalidConfigError
+
+    bad_json = tmp_path / "q.json"
+    bad_json.write_text("[{broken")
+    garbage = tmp_path / "q.parquet"
+    garbage.write_bytes(b"PAR1 not really")
+    latin = tmp_path / "corpus.jsonl"
+    latin.write_bytes('{"id": "1", "contents": "\\"Caf\xe9\\"\\ntext"}\n'.encode("latin-1"))
+    strings = tmp_path / "strings.jsonl"
+    strings.write_text('"just a string"\n')
+    for path in (bad_json, garbage):
+        with pytest.raises(DatasetFormatError, match=path.name):
+            load_search_r1(path)
+    for path in (latin, strings):
+        with pytest.raises(DatasetFormatError, match=path.name):
+            load_search_r1_corpus(path)
+    with pytest.raises(DatasetFormatError, match="no non-empty gold"):
+        load_search_r1([{"question": "q", "golden_answers": []}])
+    with pytest.raises(DatasetFormatError, match="not an object"):
+        load_search_r1([["q", "a"]])
+    with pytest.raises(InvalidConfigError, match=r"repeated: \['7'\]"):
+        Corpus([Passage("7", "a", "x"), Passage("7", "b", "y")], name="dupes")

@@ -21,6 +21,7 @@ passage), or come from a Search-R1 / FlashRAG file
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -91,6 +92,8 @@ __all__ = [
     "shared_retriever",
     "vital_articles_corpus",
 ]
+
+logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = (
     "Answer the question using the knowledge base. Reason step by step; whenever you lack "
@@ -188,6 +191,10 @@ def make_search_env(
         index=index,
         index_path=index_path,
     )
+    if shared.name == "bm25" and (index_path is not None or index not in (None, "flat")):
+        logger.warning(
+            "VT-Search-v0: index=%r / index_path=%r do not apply to BM25", index, index_path
+        )
     if dataset is not None:
         tasks = _dataset_tasks(dataset, split, passages)
     else:

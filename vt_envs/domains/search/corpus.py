@@ -16,6 +16,7 @@ CC BY-SA 4.0; the package is GPL-3.0-or-later; VT redistributes neither.
 
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import importlib.util
@@ -68,7 +69,10 @@ class Corpus(Sequence[Passage]):
             raise InvalidConfigError(f"corpus {name!r} is empty; give at least one passage")
         ids = [p.id for p in self._passages]
         if len(set(ids)) != len(ids):
-            raise InvalidConfigError(f"passage ids must be unique in corpus {name!r}")
+            dupes = sorted(i for i, n in collections.Counter(ids).items() if n > 1)[:5]
+            raise InvalidConfigError(
+                f"passage ids must be unique in corpus {name!r}; repeated: {dupes}"
+            )
         self.name = name
         self._by_title: dict[str, int] | None = None
 
@@ -87,7 +91,7 @@ class Corpus(Sequence[Passage]):
         digest = hashlib.sha256()
         for p in self._passages:
             for part in (p.id, p.title, p.text):
-                digest.update(part.encode("utf-8"))
+                digest.update(part.encode("utf-8", "surrogatepass"))
                 digest.update(b"\x00")
         return digest.hexdigest()[:16]
 
@@ -154,6 +158,13 @@ def load_search_r1_corpus(
     path = Path(path)
     if not path.is_file():
         raise DatasetFormatError(f"corpus file {str(path)!r} does not exist")
+    try:
+        return _read_search_r1_corpus(path, limit, name)
+    except UnicodeDecodeError as exc:
+        raise DatasetFormatError(f"{path}: not UTF-8 text ({exc.reason})") from None
+
+
+def _read_search_r1_corpus(path: Path, limit: int | None, name: str | None) -> Corpus:
     passages = []
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -165,6 +176,11 @@ def load_search_r1_corpus(
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DatasetFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise DatasetFormatError(
+                    f"{path}:{lineno}: a corpus record must be a JSON object, got "
+                    f"{type(record).__name__}"
+                )
             if "contents" in record:
                 title, text = _split_contents(str(record["contents"]))
             elif "text" in record:

@@ -49,14 +49,19 @@ def _search_r1_question(record: Mapping[str, Any]) -> str:
 
 def _search_r1_golds(record: Mapping[str, Any]) -> list[str]:
     if "golden_answers" in record:
-        return golds_of(record["golden_answers"])
-    try:
-        return golds_of(record["reward_model"]["ground_truth"]["target"])
-    except (KeyError, TypeError):
-        raise DatasetFormatError(
-            "a Search-R1 record needs 'golden_answers' or "
-            f"'reward_model.ground_truth.target'; it has {sorted(record)}"
-        ) from None
+        raw = record["golden_answers"]
+    else:
+        try:
+            raw = record["reward_model"]["ground_truth"]["target"]
+        except (KeyError, TypeError):
+            raise DatasetFormatError(
+                "a Search-R1 record needs 'golden_answers' or "
+                f"'reward_model.ground_truth.target'; it has {sorted(record)}"
+            ) from None
+    golds = [g for g in golds_of(raw) if g.strip()] if raw is not None else []
+    if not golds:
+        raise DatasetFormatError(f"a Search-R1 record has no non-empty gold answer: {raw!r}")
+    return golds
 
 
 def load_search_r1(
@@ -76,6 +81,11 @@ def load_search_r1(
     for i, record in enumerate(records):
         if limit is not None and i >= limit:
             break
+        if not isinstance(record, Mapping):
+            raise DatasetFormatError(
+                f"{name}: record {i} is a {type(record).__name__}, not an object with "
+                "'question' and 'golden_answers'"
+            )
         source_name = str(record.get("data_source", name))
         tasks.append(
             Task(
