@@ -11,7 +11,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import EchoTool, make_tasks
+from env_helpers import EchoTool, make_tasks
 from tokenizers import Tokenizer
 
 import vt_envs

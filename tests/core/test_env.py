@@ -6,7 +6,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from conftest import EchoTool, make_tasks
+from env_helpers import EchoTool, make_tasks
 
 from vt_envs import ExactMatch, RewardConfig, Task, ToolEnv
 from vt_envs.errors import (

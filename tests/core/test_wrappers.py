@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from conftest import EchoTool, make_tasks
+from env_helpers import EchoTool, make_tasks
 from gymnasium.error import ResetNeeded
 
 import vt_envs
