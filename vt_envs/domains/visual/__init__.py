@@ -5,5 +5,7 @@
 - :mod:`~vt_envs.domains.visual.ops`: the image operations of the tools
   (crop, zoom, rotate, flip, grayscale, contrast) on read-only arrays;
 - :mod:`~vt_envs.domains.visual.scenes`: procedural V*-style scenes with
-  small targets and known answers.
+  small targets and known answers;
+- :mod:`~vt_envs.domains.visual.image_tokens`: how many tokens an image costs
+  a Qwen2-VL-style policy (the processor's smart resize, reproduced).
 """

@@ -1,0 +1,28 @@
+"""Image-token counts match transformers' own Qwen2-VL image processor."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vt_envs.domains.visual.image_tokens import QWEN2_VL_DEFAULTS, ImageTokenSpec
+
+transformers = pytest.importorskip("transformers")
+
+SIZES = [(1024, 1024), (1254, 1282), (37, 45), (2048, 300), (10, 1000), (28, 28), (1536, 1024)]
+
+
+@pytest.mark.parametrize("max_pixels", [256 * 28 * 28, 1280 * 28 * 28, 4096 * 28 * 28])
+def test_grid_and_token_counts_match_the_processor(max_pixels):
+    processor = transformers.Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=max_pixels)
+    spec = ImageTokenSpec(max_pixels=max_pixels)
+    for height, width in SIZES:
+        out = processor(images=[np.zeros((height, width, 3), dtype=np.uint8)], return_tensors="np")
+        grid = tuple(int(v) for v in out["image_grid_thw"][0])
+        assert spec.grid(height, width) == grid, (height, width)
+        assert spec.tokens(height, width) * 4 == out["pixel_values"].shape[0]
+
+
+def test_default_budget_of_a_scene():
+    assert QWEN2_VL_DEFAULTS.tokens(1254, 1282) == 1260
+    assert QWEN2_VL_DEFAULTS.resized(1254, 1282) == (980, 1008)
