@@ -7,5 +7,7 @@
 - :mod:`~vt_envs.domains.visual.scenes`: procedural V*-style scenes with
   small targets and known answers;
 - :mod:`~vt_envs.domains.visual.image_tokens`: how many tokens an image costs
-  a Qwen2-VL-style policy (the processor's smart resize, reproduced).
+  a Qwen2-VL-style policy (the processor's smart resize, reproduced);
+- :mod:`~vt_envs.domains.visual.tools`: the JSON-called image tools over an
+  episode's image list (by index; results appended).
 """
