@@ -9,5 +9,7 @@
 - :mod:`~vt_envs.domains.visual.image_tokens`: how many tokens an image costs
   a Qwen2-VL-style policy (the processor's smart resize, reproduced);
 - :mod:`~vt_envs.domains.visual.tools`: the JSON-called image tools over an
-  episode's image list (by index; results appended).
+  episode's image list (by index; results appended);
+- :mod:`~vt_envs.domains.visual.tasks`: seeded scene tasks and ``ChoiceMatch``;
+- :mod:`~vt_envs.domains.visual.loaders`: the V* bench layout.
 """
