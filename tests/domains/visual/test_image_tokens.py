@@ -26,3 +26,22 @@ def test_grid_and_token_counts_match_the_processor(max_pixels):
 def test_default_budget_of_a_scene():
     assert QWEN2_VL_DEFAULTS.tokens(1254, 1282) == 1260
     assert QWEN2_VL_DEFAULTS.resized(1254, 1282) == (980, 1008)
+
+
+def test_a_small_label_is_a_few_pixels_tall_unless_zoomed():
+    import statistics
+
+    from vt_envs.domains.visual.ops import zoom
+    from vt_envs.domains.visual.scenes import render_scene
+
+    seen, zoomed = [], []
+    for seed in range(12):
+        scene = render_scene("label", seed)
+        height, width = scene.image.shape[:2]
+        left, top, right, bottom = scene.targets[0]
+        glyphs = bottom - top - 8  # the tag's text, without its 4-pixel padding
+        seen.append(QWEN2_VL_DEFAULTS.seen_height(glyphs, height, width))
+        crop = zoom(scene.image, scene.target_union(margin=24))
+        zoomed.append(glyphs * crop.shape[0] / (bottom - top + 48))
+    assert statistics.median(seen) < 8  # at the default 1280-token budget
+    assert min(zoomed) > 40

@@ -87,6 +87,11 @@ class ImageTokenSpec:
         h, w = self.resized(height, width)
         return 1, h // self.patch_size, w // self.patch_size
 
+    def seen_height(self, pixels: float, height: int, width: int) -> float:
+        """How tall ``pixels`` of an ``height x width`` image are once the processor has
+        resized it: what a policy that never zooms gets to see of a small target."""
+        return pixels * self.resized(height, width)[0] / height
+
     def tokens(self, height: int, width: int) -> int:
         """The number of image-pad tokens the image expands to."""
         _, h, w = self.grid(height, width)
