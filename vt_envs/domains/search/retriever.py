@@ -193,9 +193,6 @@ class Retriever(abc.ABC):
     def index_bytes(self) -> int:
         """The size of the index data (what one more copy per env would cost)."""
 
-    def describe(self) -> dict[str, object]:
-        return {"retriever": self.name, "corpus": self.corpus.name, "passages": len(self.corpus)}
-
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} over {self.corpus!r}>"
 
@@ -288,9 +285,6 @@ class DenseRetriever(Retriever):
     @property
     def index_bytes(self) -> int:
         return self.index_path.stat().st_size
-
-    def describe(self) -> dict[str, object]:
-        return {**super().describe(), "index": str(self.index_path), "build_s": self.build_s}
 
 
 class BM25Retriever(Retriever):
