@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vt_bench.stats import percentile
+
 __all__ = ["WORKER_PAIRS", "add_arguments", "main", "render", "run_benchmark"]
 
 EXACT_PAIR = ("3/7", "\\frac{3}{7}")
@@ -53,11 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, default=Path("bench_out"), help="directory for the JSON"
     )
-
-
-def _pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _env_series(
@@ -97,9 +94,9 @@ def _env_series(
     }
     python_report = {
         "n": len(latencies),
-        "p50_ms": _pct(latencies, 0.5) * 1e3,
-        "p90_ms": _pct(latencies, 0.9) * 1e3,
-        "p99_ms": _pct(latencies, 0.99) * 1e3,
+        "p50_ms": percentile(latencies, 0.5) * 1e3,
+        "p90_ms": percentile(latencies, 0.9) * 1e3,
+        "p99_ms": percentile(latencies, 0.99) * 1e3,
     }
     return env_report, python_report
 
@@ -131,10 +128,10 @@ def _verifier(calls: int, verify_calls: int) -> dict[str, Any]:
                 "equal": equal,
                 "path": path,
                 "n": verify_calls,
-                "p50_ms": _pct(samples, 0.5) * 1e3,
+                "p50_ms": percentile(samples, 0.5) * 1e3,
             }
         )
-    exact_p50_ms = _pct(exact, 0.5) * 1e3
+    exact_p50_ms = percentile(exact, 0.5) * 1e3
     worker_p50_ms = statistics.median(p["p50_ms"] for p in pairs)
     return {
         "exact": {

@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from vt_bench.stats import latency_summary
+
 __all__ = ["HNSW_FALLBACK", "add_arguments", "main", "render", "run_benchmark"]
 
 KINDS = ("flat", "hnsw", "ivf")
@@ -97,19 +99,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, default=Path("bench_out"), help="directory for the JSON"
     )
-
-
-def _pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _latency(samples: list[float]) -> dict[str, float]:
-    return {
-        "n": len(samples),
-        "p50_ms": _pct(samples, 0.5) * 1e3,
-        "p99_ms": _pct(samples, 0.99) * 1e3,
-    }
 
 
 def _held_out(corpus: Any, limit: int | None) -> list[Any]:
@@ -184,7 +173,7 @@ def _single_search(retriever: Any, queries: Sequence[str], repeats: int) -> dict
             retriever.search([query], 3)
             samples.append(time.perf_counter() - start)
         rates.append(len(queries) / (time.perf_counter() - begin))
-    return {"concurrency": 1, **_rates(rates), **_latency(samples), "mean_batch": 1.0}
+    return {"concurrency": 1, **_rates(rates), **latency_summary(samples), "mean_batch": 1.0}
 
 
 async def _async_search(
@@ -209,7 +198,7 @@ async def _async_search(
     return {
         "concurrency": concurrency,
         **_rates(rates),
-        **_latency(samples),
+        **latency_summary(samples),
         "mean_batch": mean_batch,
     }
 
@@ -328,7 +317,7 @@ def _scale_point(
             **extra,
             "build_s": build_s,
             "size_mib": size_mib,
-            "single": _latency(samples),
+            "single": latency_summary(samples),
             "batch": batch,
             **_rates(rates),
             **recall,

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vt_bench.stats import latency_summary
+
 __all__ = ["add_arguments", "main", "run_benchmark"]
 
 
@@ -42,19 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, default=Path("bench_out"), help="directory for the JSON"
     )
-
-
-def _pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _latency(samples: list[float]) -> dict[str, float]:
-    return {
-        "n": len(samples),
-        "p50_ms": _pct(samples, 0.5) * 1e3,
-        "p99_ms": _pct(samples, 0.99) * 1e3,
-    }
 
 
 def _database_facts(path: Path) -> dict[str, Any]:
@@ -159,10 +148,10 @@ async def _tool_latency(calls: int) -> dict[str, Any]:
         await tool.close_session(session)
         await verifier.aclose()
     return {
-        "tool_call": _latency(tool_samples),
-        "in_process": _latency(host_samples),
-        "verify": _latency(verify_samples),
-        "episode_start": _latency(start_samples),
+        "tool_call": latency_summary(tool_samples),
+        "in_process": latency_summary(host_samples),
+        "verify": latency_summary(verify_samples),
+        "episode_start": latency_summary(start_samples),
     }
 
 
