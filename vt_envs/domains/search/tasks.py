@@ -446,6 +446,17 @@ def search_tasks(
     return tasks
 
 
+_CANDIDATES: dict[str, list[Candidate]] = {}
+
+
+def _all_candidates(corpus: Corpus) -> list[Candidate]:
+    """:func:`candidate_tasks` of ``corpus``, generated once per process (both splits use it)."""
+    found = _CANDIDATES.get(corpus.content_hash)
+    if found is None:
+        found = _CANDIDATES[corpus.content_hash] = candidate_tasks(corpus)
+    return found
+
+
 _TASKS: dict[tuple, TaskList] = {}
 _TASKS_LOCK = threading.Lock()
 
@@ -453,7 +464,7 @@ _TASKS_LOCK = threading.Lock()
 def _search_tasks(
     split: str, retriever: Retriever, top_k: int, kinds: Sequence[str], size: int | None
 ) -> TaskList:
-    everything = candidate_tasks(retriever.corpus)
+    everything = _all_candidates(retriever.corpus)
     kept = _kept_ids(everything, retriever, top_k, split)
     chosen = [c for c in everything if c.split == split and c.kind in kinds and c.id in kept]
     if size is not None:
