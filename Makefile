@@ -20,12 +20,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# Installs the package (editable) with its train, dev and search extras, torch
+# Installs the package (editable) with its train, dev, search and visual extras, torch
 # pinned to the CPU build; the stamp records which metadata it was installed
 # from. FanOutQA's questions are read from its data files, so its runtime
 # dependencies (spaCy) are not installed.
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml setup.cfg constraints/cpu.txt
-	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev,search]"
+	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev,search,visual]"
 	$(PIP) install --quiet --no-deps "fanoutqa==1.1.1"
 	@touch $@
 

@@ -12,12 +12,17 @@ chat template, ``special_tokens_map.json``), which both ``VTTokenizer`` and
 byte-identical files.
 
 Design choices, and why:
-- 2048 ids in all (BPE + 3 special + 20 tag tokens): a power of two for the
-  embedding table, small enough for tiny models.
+- 2048 ids in all (BPE + 3 special + 20 tag tokens + the ``<image>``
+  placeholder): a power of two for the embedding table, small enough for
+  tiny models.
 - Digits are split one per pre-token, so no merge ever contains a digit:
   a small model copies numbers digit by digit.
 - No normalizer, no prefix space, no stripping: ``decode(encode(s)) == s``.
 - The tool tags are added (non-special) tokens, so each is one id.
+- ``<image>`` is a special token: the env puts it where an image goes; text
+  the policy did not write never yields it. It takes the id of the last BPE
+  merge (which is dropped), so every other id is what it was before it was
+  added and models built on the earlier vocabulary are unchanged.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from vt_envs.core.corpus import generate_corpus  # noqa: E402
 from vt_envs.core.tokenizer import (  # noqa: E402
     CHATML_TEMPLATE,
     DEFAULT_TOKENIZER_DIR,
+    IMAGE_TOKEN,
     SPECIAL_TOKENS,
     TAG_TOKENS,
     VTTokenizer,
@@ -77,6 +83,8 @@ def build(n_docs: int, seed: int) -> Tokenizer:
         show_progress=False,
     )
     tokenizer.train_from_iterator(generate_corpus(n_docs, seed=seed), trainer, length=n_docs)
+    tokenizer = _drop_last_merge(tokenizer)
+    tokenizer.add_special_tokens([AddedToken(IMAGE_TOKEN, special=True, normalized=False)])
     tokenizer.add_tokens(
         [AddedToken(t, special=False, normalized=False, single_word=False) for t in TAG_TOKENS]
     )
@@ -84,6 +92,19 @@ def build(n_docs: int, seed: int) -> Tokenizer:
     if size != VOCAB_SIZE:
         raise SystemExit(f"expected {VOCAB_SIZE} ids, trained {size}: grow the corpus (--docs)")
     return tokenizer
+
+
+def _drop_last_merge(tokenizer: Tokenizer) -> Tokenizer:
+    """The tokenizer without its last BPE merge and that merge's token (the highest id)."""
+    data = json.loads(tokenizer.to_str())
+    model = data["model"]
+    vocab = model["vocab"]
+    last = max(vocab, key=vocab.get)
+    merge = model["merges"].pop()
+    if "".join(merge) != last:
+        raise SystemExit(f"the last merge {merge} does not make the last token {last!r}")
+    del vocab[last]
+    return Tokenizer.from_str(json.dumps(data))
 
 
 def write(tokenizer: Tokenizer, out: Path) -> None:
@@ -101,12 +122,12 @@ def write(tokenizer: Tokenizer, out: Path) -> None:
         "add_prefix_space": False,
         "clean_up_tokenization_spaces": False,
         "model_max_length": 32768,
-        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", IMAGE_TOKEN],
     }
     special = {
         "eos_token": EOS,
         "pad_token": PAD,
-        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>", IMAGE_TOKEN],
     }
     for name, data in (("tokenizer_config.json", config), ("special_tokens_map.json", special)):
         (out / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", "utf-8")

@@ -86,6 +86,12 @@ register_env(
     description="retrieval QA: search an embedded FAISS (or BM25) index of Wikipedia, EM reward",
 )
 register_env(
+    "VT-Visual-v0",
+    builder="vt_envs.domains.visual:make_visual_env",
+    oracle="vt_envs.domains.visual:VisualOracle",
+    description="visual QA on large scenes with small targets: crop/zoom tools, images by index",
+)
+register_env(
     "VT-SQL-v0",
     builder="vt_envs.domains.sql:make_sql_env",
     oracle="vt_envs.domains.sql:SQLOracle",

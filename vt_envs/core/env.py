@@ -17,20 +17,27 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
+from vt_envs.core.image_tokens import ImageTokens, load_image_tokens, processor_spec
 from vt_envs.core.loop import library_loop, on_library_loop, run_sync, submit
 from vt_envs.core.parser import ActionParser, ParseResult, ToolCall
 from vt_envs.core.prompt import ACTION_FORMATS, render_system_prompt
-from vt_envs.core.spaces import UnicodeText, token_sequence_space
+from vt_envs.core.spaces import ImageSequence, UnicodeText, token_sequence_space
 from vt_envs.core.task import Task, TaskSource
 from vt_envs.core.text import valid_utf8
-from vt_envs.core.tokenizer import ChatTokenizer, ObservationEncoder, load_tokenizer
+from vt_envs.core.tokenizer import (
+    IMAGE_MARK,
+    IMAGE_TOKEN,
+    ChatTokenizer,
+    ObservationEncoder,
+    load_tokenizer,
+)
 from vt_envs.core.tool import Tool, ToolResult
 from vt_envs.core.verifier import Score, Verifier
 from vt_envs.errors import EnvClosedError, InvalidConfigError, ResetNeededError
@@ -41,6 +48,8 @@ logger = logging.getLogger(__name__)
 
 OBSERVATION_FORMATS = ("chat", "inline")
 _MAX_TEXT_CHARS = 1 << 20
+#: The longest image side the observation space admits.
+MAX_IMAGE_SIDE = 8192
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,9 @@ class _Episode:
     started: float
     tokens: int
     messages: list[dict[str, Any]]
+    # The episode's images in order (the task's, then each tool result's), by reference.
+    images: list[np.ndarray] = field(default_factory=list)
+    image_tokens: int = 0
     # One lock per tool whose session takes one call at a time.
     locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     # Tools whose session could not be recovered after a cancelled call.
@@ -149,6 +161,11 @@ class ToolEnv(gym.Env[dict, str]):
         final step: empty — the env emits no turn close after the last
         action, so a trajectory ends with the policy's own last id.
         ``text`` — the same observation as text (``tokenizer.decode(tokens)``).
+        ``images`` (envs made with ``task_images``) — a tuple of ``HxWx3 uint8``
+        read-only arrays: on reset the task's images, on a step only the
+        images that step's tool results added, in order; each image's ids
+        (one ``<image>``, or a processor's expansion) sit in ``tokens`` where
+        the image goes. An image is held by reference, never copied.
 
     Action: the text the policy generated this turn (``str``), or its token ids
     (a 1-D integer array or list), which the env decodes. The env never
@@ -170,7 +187,11 @@ class ToolEnv(gym.Env[dict, str]):
     the final step. For policies that work with chat messages rather than
     token ids (an OpenAI-compatible endpoint), ``info["messages"]`` on reset
     holds the prompt messages and ``info["message"]`` on each non-final step
-    the env's new message (role and content, before templating).
+    the env's new message (role and content, before templating; a content
+    that holds images is a list of parts, ``{"type": "text", "text": ...}``
+    and ``{"type": "image", "index": k}`` with ``k`` the image's index in the
+    episode). Image envs add ``image_tokens`` (the token count of each image
+    in this observation) and ``episode_image_tokens`` (the running total).
 
     Policy mistakes (malformed calls, unknown tools, tool errors, timeouts)
     are observations the agent reads, never exceptions.
@@ -219,7 +240,19 @@ class ToolEnv(gym.Env[dict, str]):
         boxed_answers: also accept the last ``\\boxed{...}`` as the answer.
         remind_turns_left: append "(N turns left)" to each observation.
         rewards: optional shaping (see :class:`RewardConfig`).
-        render_mode: ``None`` or ``"ansi"`` (the transcript as text).
+        render_mode: ``None``, ``"ansi"`` (the transcript as text) or, for image
+            envs, ``"rgb_array"`` (the latest image).
+        task_images: ``task -> images`` (``HxWx3 uint8`` arrays) makes an image
+            env: the task prompt's ``<image>`` markers say where each image
+            goes (images without a marker go first), tool results may add
+            images (``ToolResult.images``), and ``obs["images"]`` carries them.
+        processor: with images, the path of a local Qwen2-VL / Qwen2.5-VL-style
+            processor directory (or a processor object): images expand to its
+            exact token sequence, and its tokenizer is the default
+            ``tokenizer``. ``None``: one ``<image>`` id per image.
+        max_image_tokens: budget of image tokens per episode; a step whose
+            images would pass it ends the episode, truncated with
+            ``"max_image_tokens"``. ``None``: no budget beyond the tokens'.
         name: a short label for reprs and logs.
     """
 
@@ -250,8 +283,25 @@ class ToolEnv(gym.Env[dict, str]):
         remind_turns_left: bool = False,
         rewards: RewardConfig | Mapping[str, float] | None = None,
         render_mode: str | None = None,
+        task_images: Callable[[Task], Sequence[np.ndarray]] | None = None,
+        processor: Any = None,
+        max_image_tokens: int | None = None,
         name: str = "ToolEnv",
     ):
+        if task_images is not None:  # image envs can also render their latest image
+            self.metadata = {**self.metadata, "render_modes": ["ansi", "rgb_array"]}
+        elif processor is not None or max_image_tokens is not None:
+            raise InvalidConfigError(
+                "processor= and max_image_tokens= apply to envs with images; give task_images="
+            )
+        if max_image_tokens is not None and (
+            isinstance(max_image_tokens, bool)
+            or not isinstance(max_image_tokens, int)
+            or max_image_tokens < 1
+        ):
+            raise InvalidConfigError(
+                f"max_image_tokens must be an int >= 1 or None, got {max_image_tokens!r}"
+            )
         _check_choice("observation_format", observation_format, OBSERVATION_FORMATS)
         _check_choice("action_format", action_format, ACTION_FORMATS)
         _check_choice("render_mode", render_mode, (None, *self.metadata["render_modes"]))
@@ -294,13 +344,22 @@ class ToolEnv(gym.Env[dict, str]):
         self.render_mode = render_mode
         self.observation_format = observation_format
 
+        spec = processor_spec(processor) if processor is not None else None
+        if tokenizer is None and processor is not None:  # the processor's own tokenizer
+            tokenizer = getattr(processor, "tokenizer", processor)
         self.tokenizer: ChatTokenizer = load_tokenizer(tokenizer)
+        self.task_images = task_images
+        self.max_image_tokens = max_image_tokens
+        self.image_tokens: ImageTokens | None = (
+            load_image_tokens(self.tokenizer, spec) if task_images is not None else None
+        )
         self.encoder = ObservationEncoder(
             self.tokenizer,
             observation_format,
             inline_template=inline_template,
             tools=[tool.spec() for tool in tools] if template_tools else None,
             chat_template_kwargs=chat_template_kwargs,
+            image_tokens=self.image_tokens,
         )
         self.parser = ActionParser(
             tools,
@@ -321,12 +380,13 @@ class ToolEnv(gym.Env[dict, str]):
         self.stop_strings: tuple[str, ...] = self.parser.stop_strings
         """Strings at which a policy should stop generating so the env can act."""
 
-        self.observation_space = gym.spaces.Dict(
-            {
-                "tokens": token_sequence_space(self.tokenizer.vocab_size),
-                "text": UnicodeText(_MAX_TEXT_CHARS),
-            }
-        )
+        spaces: dict[str, gym.Space] = {
+            "tokens": token_sequence_space(self.tokenizer.vocab_size),
+            "text": UnicodeText(_MAX_TEXT_CHARS),
+        }
+        if task_images is not None:
+            spaces["images"] = ImageSequence(MAX_IMAGE_SIDE)
+        self.observation_space = gym.spaces.Dict(spaces)
         self.action_space = UnicodeText(_MAX_TEXT_CHARS)
 
         self._episode: _Episode | None = None
@@ -356,17 +416,30 @@ class ToolEnv(gym.Env[dict, str]):
         if self._episode is not None:
             self._episode.done = True
         await self._live.aclose()
+        images = self._images_of(task)
         messages = [
             {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": task.prompt},
+            {"role": "user", "content": _place_images(task.prompt, len(images))},
         ]
-        ids, text = self.encoder.encode_prompt(messages)
+        ids, text = self.encoder.encode_prompt(messages, images=images)
+        image_tokens = self._count_image_tokens(images)
+        if self.max_image_tokens is not None and sum(image_tokens) > self.max_image_tokens:
+            raise InvalidConfigError(
+                f"task {task.id!r} has images of {sum(image_tokens)} tokens, over "
+                f"max_image_tokens={self.max_image_tokens}; raise the budget or lower the "
+                "processor's max_pixels"
+            )
         self._live.sessions = await self._open_sessions(task, session_seed)
         episode = _Episode(task, time.monotonic(), tokens=len(ids), messages=messages)
         episode.locks = {n: asyncio.Lock() for n, t in self.tools.items() if not t.concurrent_calls}
+        episode.images, episode.image_tokens = list(images), sum(image_tokens)
         self._episode = episode
-        self._transcript = [text]
-        return self._observation(ids, text), self._info(parse=None, messages=list(messages))
+        self._transcript = [self._display(text)]
+        public = [self._public_message(m, 0) for m in messages]
+        info = self._info(parse=None, messages=public)
+        if self.image_tokens is not None:
+            info["image_tokens"] = image_tokens
+        return self._observation(ids, text, images), info
 
     def reset(
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
@@ -400,14 +473,23 @@ class ToolEnv(gym.Env[dict, str]):
             score = await self._verify(episode.task, parse.answer or "")
             return await self._finish(parse, score, truncated=False)
 
+        images: list[np.ndarray] = []
         if parse.kind == "tool_call" and self._tool_budget_left(episode) > 0:
-            feedback, results = await self._run_calls(episode, parse.calls)
+            feedback, results, images = await self._run_calls(episode, parse.calls)
             info_extra["tool"] = results[0]
             if len(results) > 1:
                 info_extra["tools"] = results
         else:
             episode.invalid_actions += 1
             feedback = self._invalid_feedback(episode, parse)
+        image_tokens = self._count_image_tokens(images)
+        if (
+            self.max_image_tokens is not None
+            and episode.image_tokens + sum(image_tokens) > self.max_image_tokens
+        ):
+            return await self._finish(
+                parse, None, truncated=True, reason="max_image_tokens", info_extra=info_extra
+            )
 
         truncation = self._budget_exhausted(episode)
         if truncation:
@@ -418,7 +500,10 @@ class ToolEnv(gym.Env[dict, str]):
             left = self._turn_limit() - episode.turn
             feedback += f"\n({left} turn{'s' if left != 1 else ''} left)"
         ids, obs_text = self.encoder.encode_observation(
-            feedback, history=episode.messages, action_ended_with_eos=ended_with_eos
+            feedback,
+            history=episode.messages,
+            action_ended_with_eos=ended_with_eos,
+            images=images,
         )
         episode.tokens += len(ids)
         if episode.tokens > self.max_episode_tokens:
@@ -426,10 +511,15 @@ class ToolEnv(gym.Env[dict, str]):
                 parse, None, truncated=True, reason="max_episode_tokens", info_extra=info_extra
             )
         message = {"role": self.encoder.observation_role, "content": feedback}
+        info_extra["message"] = self._public_message(message, len(episode.images))
         episode.messages.append(message)
-        self._transcript.append(obs_text)
-        info_extra["message"] = dict(message)
-        return self._observation(ids, obs_text), 0.0, False, False, self._info(parse, **info_extra)
+        episode.images += images
+        episode.image_tokens += sum(image_tokens)
+        if self.image_tokens is not None:
+            info_extra["image_tokens"] = image_tokens
+        self._transcript.append(self._display(obs_text))
+        observation = self._observation(ids, obs_text, images)
+        return observation, 0.0, False, False, self._info(parse, **info_extra)
 
     def step(
         self, action: str | Sequence[int] | np.ndarray
@@ -443,11 +533,19 @@ class ToolEnv(gym.Env[dict, str]):
         """
         return run_sync(self.astep(action), method="step", async_method="astep")
 
-    def render(self) -> str | None:
-        """With ``render_mode="ansi"``: the transcript so far (prompt, actions, observations)."""
+    def render(self) -> str | np.ndarray | None:
+        """With ``render_mode="ansi"``: the transcript so far (prompt, actions,
+        observations; each image as its unexpanded placeholder). With
+        ``"rgb_array"`` (image envs): the episode's latest image."""
         if self.render_mode == "ansi":
             return "".join(self._transcript)
+        if self.render_mode == "rgb_array" and self._episode is not None and self._episode.images:
+            return self._episode.images[-1]
         return None
+
+    def empty_observation(self) -> dict[str, Any]:
+        """The observation of a final step: no ids, no text, no images."""
+        return self._observation(np.zeros(0, dtype=np.int64), "")
 
     async def aclose(self) -> None:
         """Close open sessions and tools; safe to call twice."""
@@ -599,16 +697,24 @@ class ToolEnv(gym.Env[dict, str]):
 
     async def _run_calls(
         self, episode: _Episode, calls: Sequence[ToolCall]
-    ) -> tuple[str, list[dict[str, Any]]]:
+    ) -> tuple[str, list[dict[str, Any]], list[np.ndarray]]:
+        """Run an action's calls; return the observation text, the calls' infos and
+        (image envs) the images the results added, marked in the text where they go."""
         calls = list(calls)[: self._tool_budget_left(episode)]
         # Calls to different sessions overlap; calls to one session queue on its
         # lock in the order written (asyncio.Lock is FIFO; gather starts them in order).
         results = await asyncio.gather(*(self._run_call(episode, call) for call in calls))
-        texts, infos = [], []
+        texts, infos, images = [], [], []
         for call, (result, latency) in zip(calls, results):
             episode.tool_calls += 1
             episode.tool_errors += not result.ok
-            texts.append(self._cap_observation(result.text))
+            text = self._cap_observation(result.text)
+            if self.image_tokens is not None:
+                text = text.replace(IMAGE_MARK, "")
+                for image in result.images:
+                    images.append(_frozen_image(image))
+                    text += "\n" + IMAGE_MARK
+            texts.append(text)
             infos.append(
                 {
                     "name": call.name,
@@ -618,7 +724,7 @@ class ToolEnv(gym.Env[dict, str]):
                     "metrics": dict(result.metrics),
                 }
             )
-        return "\n".join(texts), infos
+        return "\n".join(texts), infos, images
 
     async def _run_call(self, episode: _Episode, call: ToolCall) -> tuple[ToolResult, float]:
         tool = self.tools[call.name]
@@ -739,8 +845,7 @@ class ToolEnv(gym.Env[dict, str]):
             info["verifier_parts"] = dict(score.parts)
         if truncated:
             info["truncation"] = reason
-        ids = np.zeros(0, dtype=np.int64)
-        return self._observation(ids, ""), reward, not truncated, truncated, info
+        return self.empty_observation(), reward, not truncated, truncated, info
 
     def _reward_parts(self, episode: _Episode, score: Score | None) -> dict[str, float]:
         cfg = self.rewards
@@ -756,8 +861,40 @@ class ToolEnv(gym.Env[dict, str]):
         parts.update({k: -v for k, v in penalties.items() if v})
         return parts
 
-    def _observation(self, ids: np.ndarray, text: str) -> dict[str, Any]:
-        return {"tokens": np.asarray(ids, dtype=np.int64).copy(), "text": text}
+    def _observation(
+        self, ids: np.ndarray, text: str, images: Sequence[np.ndarray] = ()
+    ) -> dict[str, Any]:
+        observation = {"tokens": np.asarray(ids, dtype=np.int64).copy(), "text": text}
+        if self.image_tokens is not None:
+            observation["images"] = tuple(images)
+        return observation
+
+    def _images_of(self, task: Task) -> tuple[np.ndarray, ...]:
+        if self.task_images is None:
+            return ()
+        return tuple(_frozen_image(image) for image in self.task_images(task))
+
+    def _count_image_tokens(self, images: Sequence[np.ndarray]) -> list[int]:
+        if self.image_tokens is None:
+            return []
+        return [self.image_tokens.count(image) for image in images]
+
+    def _display(self, text: str) -> str:
+        """``text`` for the ansi transcript: each expanded image back to its placeholder."""
+        return text if self.image_tokens is None else self.image_tokens.collapse(text)
+
+    def _public_message(self, message: Mapping[str, Any], first_image: int) -> dict[str, Any]:
+        """A message as ``info`` shows it: images as parts that index the episode's images."""
+        content = str(message["content"])
+        if IMAGE_MARK not in content:
+            return dict(message)
+        parts: list[dict[str, Any]] = []
+        for k, piece in enumerate(content.split(IMAGE_MARK)):
+            if k:
+                parts.append({"type": "image", "index": first_image + k - 1})
+            if piece:
+                parts.append({"type": "text", "text": piece})
+        return {**message, "content": parts}
 
     def _info(self, parse: ParseResult | None, **extra: Any) -> dict[str, Any]:
         episode = self._episode
@@ -771,6 +908,9 @@ class ToolEnv(gym.Env[dict, str]):
             "invalid_actions": episode.invalid_actions,
             "episode_tokens": episode.tokens,
         }
+        if self.image_tokens is not None:
+            info["image_tokens"] = []
+            info["episode_image_tokens"] = episode.image_tokens
         info.update(extra)
         return info
 
@@ -807,6 +947,32 @@ def _out_of_time(name: str) -> ToolResult:
     return ToolResult.failure(
         f"Error: the {name} call was not run: the episode's time budget is spent.", "timeout"
     )
+
+
+def _place_images(prompt: str, count: int) -> str:
+    """The prompt with its first ``count`` ``<image>`` markers as image marks (and marks
+    for images beyond the markers, first); further markers stay text."""
+    prompt = prompt.replace(IMAGE_MARK, "")
+    pieces = prompt.split(IMAGE_TOKEN, count)
+    missing = count - (len(pieces) - 1)
+    head = (IMAGE_MARK + "\n") * missing
+    return head + IMAGE_MARK.join(pieces)
+
+
+def _frozen_image(image: Any) -> np.ndarray:
+    """``image`` as a read-only ``HxWx3 uint8`` array: itself if it already is one, else a
+    read-only view (no copy) or, for other dtypes and layouts, a converted copy."""
+    array = np.asarray(image)
+    if array.ndim != 3 or array.shape[2] != 3 or 0 in array.shape:
+        raise InvalidConfigError(
+            f"an image must be an HxWx3 uint8 array, got shape {array.shape} ({array.dtype})"
+        )
+    if array.dtype != np.uint8:
+        array = array.astype(np.uint8)
+    if array.flags.writeable:
+        array = array.view()
+        array.setflags(write=False)
+    return array
 
 
 def _check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["UnicodeText", "token_sequence_space"]
+__all__ = ["ImageSequence", "UnicodeText", "token_sequence_space"]
 
 SAMPLE_MAX_LENGTH = 64
 _SAMPLE_CHARSET = string.ascii_letters + string.digits + ' \n<>/{}":,._-=()+*éßλ中🙂'
@@ -51,6 +51,53 @@ class UnicodeText(spaces.Text):
             isinstance(other, UnicodeText)
             and self.min_length == other.min_length
             and self.max_length == other.max_length
+        )
+
+
+class ImageSequence(spaces.Space[tuple]):
+    """A tuple of RGB images: each an ``HxWx3`` ``uint8`` array of any size up to ``max_side``.
+
+    Gymnasium's :class:`~gymnasium.spaces.Box` has one fixed shape, but an
+    episode's images (the task's, then crops and zooms) differ in size and
+    number. ``sample`` gives 0 to 2 small random images.
+    """
+
+    def __init__(self, max_side: int, *, max_images: int | None = None, seed: Any = None):
+        super().__init__(shape=None, dtype=np.uint8, seed=seed)
+        self.max_side, self.max_images = int(max_side), max_images
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def sample(self, mask: Any = None, probability: Any = None) -> tuple[np.ndarray, ...]:
+        count = int(self.np_random.integers(0, 3))
+        sides = self.np_random.integers(1, min(self.max_side, 64) + 1, size=(count, 2))
+        return tuple(
+            self.np_random.integers(0, 256, size=(h, w, 3), dtype=np.uint8) for h, w in sides
+        )
+
+    def contains(self, x: Any) -> bool:
+        if not isinstance(x, tuple) or (self.max_images is not None and len(x) > self.max_images):
+            return False
+        return all(
+            isinstance(image, np.ndarray)
+            and image.dtype == np.uint8
+            and image.ndim == 3
+            and image.shape[2] == 3
+            and 1 <= image.shape[0] <= self.max_side
+            and 1 <= image.shape[1] <= self.max_side
+            for image in x
+        )
+
+    def __repr__(self) -> str:
+        return f"ImageSequence(max_side={self.max_side}, max_images={self.max_images})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ImageSequence)
+            and self.max_side == other.max_side
+            and self.max_images == other.max_images
         )
 
 

@@ -32,7 +32,7 @@ import json
 import os
 import string
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,8 @@ from vt_envs.errors import InvalidConfigError, TemplateError, did_you_mean
 __all__ = [
     "CHATML_TEMPLATE",
     "DEFAULT_TOKENIZER_DIR",
+    "IMAGE_MARK",
+    "IMAGE_TOKEN",
     "OBSERVATION_FORMATS",
     "SPECIAL_TOKENS",
     "TAG_TOKENS",
@@ -63,6 +65,11 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+#: The default tokenizer's one-id stand-in for an image (a special token).
+IMAGE_TOKEN = "<image>"
+#: Where an image goes in a message's content, for :class:`ObservationEncoder`
+#: (the env writes it; it is stripped from text the env did not write).
+IMAGE_MARK = "\x00VTimage\x00"
 _TAG_NAMES = (
     *("python", "sql", "search", "lookup", "answer"),
     *("tool_call", "output", "result", "information", "think"),
@@ -464,6 +471,14 @@ class ObservationEncoder:
         tools: function specs passed to the chat template as ``tools=``
             (templates such as Qwen's render them into the system prompt).
         chat_template_kwargs: extra template variables (``enable_thinking``).
+        image_tokens: how an image becomes ids (an
+            :class:`~vt_envs.core.image_tokens.ImageTokens`); needed only to
+            encode contents that hold :data:`IMAGE_MARK`.
+
+    Images: wherever a message's content (or an observation's text) holds
+    :data:`IMAGE_MARK`, the next of the ``images`` given is spliced in as
+    ``image_tokens.ids(image)``; the text around it is encoded on its own, as a
+    tokenizer does around a special token.
 
     Every method returns ``(ids, text)`` with ``ids`` an ``int64`` array and
     ``text == tokenizer.decode(ids)``. Message contents are encoded with
@@ -484,6 +499,7 @@ class ObservationEncoder:
         inline_template: str = "\n<output>\n{text}\n</output>\n",
         tools: Sequence[Mapping[str, Any]] | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
+        image_tokens: Any = None,
     ):
         if format not in OBSERVATION_FORMATS:
             raise InvalidConfigError(
@@ -497,6 +513,7 @@ class ObservationEncoder:
         self.inline_template = inline_template
         self.tools = [dict(t) for t in tools] if tools else None
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.image_tokens = image_tokens
         probe = self._probe_prompt()
         self._boundary = self._find_boundary(probe)
         # Fail now, not mid-episode: one observation that holds every special token.
@@ -519,13 +536,18 @@ class ObservationEncoder:
             **self.chat_template_kwargs,
         )
 
-    def encode_prompt(self, messages: Messages) -> tuple[np.ndarray, str]:
+    def encode_prompt(
+        self, messages: Messages, *, images: Sequence[np.ndarray] = ()
+    ) -> tuple[np.ndarray, str]:
         """The whole prompt, rendered with the generation prompt (it ends with
-        the assistant header, ready to generate)."""
+        the assistant header, ready to generate); ``images`` fill the
+        contents' image marks in order."""
         text = self.render(messages, add_generation_prompt=True)
+        marks = sum(str(m.get("content", "")).count(IMAGE_MARK) for m in messages)
+        queue = self._image_queue(images, marks)
         if not any(self.tokenizer.contains_special(str(m.get("content", ""))) for m in messages):
-            return self._pair(self.tokenizer.encode(text))
-        return self._pair(self._encode_with_plain_contents(messages, text))
+            return self._pair(self._encode_around_images(text, self.tokenizer.encode, queue))
+        return self._pair(self._encode_with_plain_contents(messages, text, queue))
 
     def encode_observation(
         self,
@@ -533,12 +555,13 @@ class ObservationEncoder:
         *,
         history: Messages | None = None,
         action_ended_with_eos: bool,
+        images: Sequence[np.ndarray] = (),
     ) -> tuple[np.ndarray, str]:
         """The ids to append after an action's generated ids.
 
         ``history``: the episode's messages so far, ending with the assistant
         message that holds the action (needed by ``chat``; ignored by
-        ``inline``).
+        ``inline``). ``images`` fill the image marks of ``text`` in order.
 
         ``chat``: the tokens that close the assistant turn (all of them, or
         only those after the eos token if the action already ended with it),
@@ -556,8 +579,11 @@ class ObservationEncoder:
         is never left outside a turn.
         """
         b = self._boundary
+        queue = self._image_queue(images, text.count(IMAGE_MARK))
         if self.format == "inline":
-            body = self.tokenizer.encode_text(self.inline_template.format(text=text))
+            body = self._encode_around_images(
+                self.inline_template.format(text=text), self.tokenizer.encode_text, queue
+            )
             if action_ended_with_eos:
                 return self._pair([*b.after_eos_ids, *b.header_ids, *body])
             return self._pair(body)
@@ -570,14 +596,15 @@ class ObservationEncoder:
         before, after = self._observation_markup(history)
         if not self.tokenizer.contains_special(text):
             # One encode of the whole tail, as the template's own tokenization would give.
-            ids = self.tokenizer.encode(b.close_text + before + text + after)
+            tail_text = b.close_text + before + text + after
+            ids = self._encode_around_images(tail_text, self.tokenizer.encode, queue)
             if ids[: len(b.close_ids)] != list(b.close_ids):
                 raise TemplateError(
                     f"the chat template of {self.tokenizer.name!r} closes assistant turns with "
                     "text whose tokens merge with the next message's"
                 )
             return self._pair([*close, *ids[len(b.close_ids) :]])
-        middle = self.tokenizer.encode_text(text)
+        middle = self._encode_around_images(text, self.tokenizer.encode_text, queue)
         tail = self.tokenizer.encode(b.close_text + before)[len(b.close_ids) :]
         return self._pair([*close, *tail, *middle, *self.tokenizer.encode(after)])
 
@@ -585,6 +612,31 @@ class ObservationEncoder:
 
     def _pair(self, ids: Sequence[int]) -> tuple[np.ndarray, str]:
         return _array(ids), self.tokenizer.decode(list(ids))
+
+    def _image_queue(self, images: Sequence[np.ndarray], marks: int) -> Iterator[np.ndarray]:
+        if len(images) != marks:
+            raise InvalidConfigError(
+                f"the text to encode holds {marks} image mark(s) but {len(images)} image(s) "
+                "were given; give one image per IMAGE_MARK"
+            )
+        if marks and self.image_tokens is None:
+            raise InvalidConfigError(
+                "the text to encode holds images but the encoder has no image_tokens; "
+                "construct ObservationEncoder(..., image_tokens=load_image_tokens(tokenizer))"
+            )
+        return iter(images)
+
+    def _encode_around_images(
+        self, text: str, encode: Callable[[str], list[int]], images: Iterator[np.ndarray]
+    ) -> list[int]:
+        """``encode(text)``, except that each image mark becomes the next image's ids."""
+        first, *rest = text.split(IMAGE_MARK)
+        ids = encode(first) if first else []
+        for piece in rest:
+            ids += self.image_tokens.ids(next(images))
+            if piece:
+                ids += encode(piece)
+        return ids
 
     def _observation_markup(self, history: Messages) -> tuple[str, str]:
         """The template's markup around a new observation: ``(before, after)``,
@@ -621,7 +673,9 @@ class ObservationEncoder:
         before, after = tail[len(close) :].split(_OBSERVATION_MARK)
         return before, after
 
-    def _encode_with_plain_contents(self, messages: Messages, text: str) -> list[int]:
+    def _encode_with_plain_contents(
+        self, messages: Messages, text: str, images: Iterator[np.ndarray]
+    ) -> list[int]:
         """Encode a render segment by segment: markup with special tokens, message
         contents with special tokens split."""
         marks = [f"VTcontentMark{i}x" for i in range(len(messages))]
@@ -638,7 +692,8 @@ class ObservationEncoder:
                     "contents verbatim, so text that holds special tokens cannot be encoded "
                     "as plain text within it"
                 )
-            ids += self.tokenizer.encode(markup) + self.tokenizer.encode_text(content)
+            ids += self.tokenizer.encode(markup)
+            ids += self._encode_around_images(content, self.tokenizer.encode_text, images)
             rebuilt += markup + content
         return ids + self.tokenizer.encode(skeleton)
 

@@ -213,7 +213,8 @@ class ToolVectorEnv(VectorEnv):
         abandon = getattr(env, "_abandon_episode", None)
         if abandon is not None:
             await abandon()
-        obs = {"tokens": np.zeros(0, dtype=np.int64), "text": ""}
+        empty = getattr(env, "empty_observation", None)
+        obs = empty() if empty is not None else {"tokens": np.zeros(0, dtype=np.int64), "text": ""}
         info = {"error": f"{type(exc).__name__}: {exc}", "truncation": "error"}
         self._last_obs[index] = obs
         return obs, 0.0, False, True, info

@@ -35,7 +35,10 @@ def test_items_load_with_the_correct_option_shuffled_and_boxes_as_edges(tmp_path
     for task in tasks:
         assert task.assets["choices"][LETTERS.index(task.gold)] == "red"
         assert task.assets["targets"] == [(10, 5, 31, 13)]
-        assert task.prompt.startswith("<image>\nWhat is the colour of the cup?\n(A) ")
+        assert task.assets["image_size"] == (60, 40)
+        assert task.prompt.startswith(
+            "<image>\n(Image 0: 60x40 pixels.)\nWhat is the colour of the cup?\n(A) "
+        )
     assert [t.gold for t in load_vstar(tmp_path, seed=3)] == golds  # seeded
 
 
@@ -46,4 +49,11 @@ def test_layout_mistakes_are_typed_errors(tmp_path):
         load_vstar(tmp_path)
     _item(tmp_path, "relative_position", "a", question="q?")
     with pytest.raises(DatasetFormatError, match=r"missing \['options'\]"):
+        load_vstar(tmp_path)
+
+
+def test_an_unreadable_image_is_a_format_error(tmp_path):
+    _item(tmp_path, "relative_position", "bad", question="q?", options=["a", "b"])
+    (tmp_path / "relative_position" / "bad.jpg").write_bytes(b"not an image")
+    with pytest.raises(DatasetFormatError, match="not a readable image"):
         load_vstar(tmp_path)

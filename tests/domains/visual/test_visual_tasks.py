@@ -20,7 +20,10 @@ def test_tasks_are_seeded_hold_no_pixels_and_rotate_kinds():
         kind, seed = task.assets["scene"]
         scene = scene_of(kind, seed)
         assert task.assets["choices"][LETTERS.index(task.gold)] == scene.answer
-        assert task.prompt.startswith("<image>\n" + scene.question)
+        height, width = scene.image.shape[:2]
+        assert task.prompt.startswith(
+            f"<image>\n(Image 0: {width}x{height} pixels.)\n{scene.question}"
+        )
 
 
 def test_train_and_test_scenes_never_coincide():

@@ -112,7 +112,7 @@ def from_pixels(box: Sequence[float], bbox_format: str, width: int, height: int)
     _check(bbox_format)
     x1, y1, x2, y2 = (float(v) for v in box)
     if bbox_format == "pixels":
-        return [x1, y1, x2, y2]
+        return [int(v) if v.is_integer() else v for v in (x1, y1, x2, y2)]
     scale = _SCALE[bbox_format]
     digits = 4 if bbox_format == "normalized" else 1
     return [

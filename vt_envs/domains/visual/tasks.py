@@ -2,7 +2,9 @@
 
 A task holds no pixels: its assets name the scene (``kind``, ``seed``), and
 the image is rendered when an episode opens (:func:`scene_of`, cached per
-process, so every holder shares one array). Train and test draw seeds from
+process, so every holder shares one array). The prompt states the image's
+size (a policy that sees a resized image needs it to give pixel boxes); the
+assets keep the target boxes for oracles and crop checks. Train and test draw seeds from
 disjoint streams (even and odd), so no held-out scene is ever trained on.
 
 Multiple choice: the choices are shuffled with the task's seed and lettered
@@ -17,13 +19,15 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
+from PIL import Image
 
 from vt_envs.core.task import GeneratedTasks, Task
 from vt_envs.core.verifier import Score
+from vt_envs.domains.visual.ops import as_image_array
 from vt_envs.domains.visual.scenes import SCENE_KINDS, Scene, render_scene
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["LETTERS", "ChoiceMatch", "scene_of", "visual_tasks"]
+__all__ = ["LETTERS", "ChoiceMatch", "images_of_task", "scene_of", "size_caption", "visual_tasks"]
 
 LETTERS = "ABCDEFGH"
 _SPLIT_OFFSET = {"train": 0, "test": 1}
@@ -34,6 +38,34 @@ _LETTER = re.compile(r"^\s*\(?([A-H])\)?(?:[\s.:)]|$)")
 def scene_of(kind: str, seed: int) -> Scene:
     """The rendered scene of a task (cached: the generator and the episode share it)."""
     return render_scene(kind, seed)
+
+
+@functools.lru_cache(maxsize=16)
+def _read_image(path: str) -> np.ndarray:
+    with Image.open(path) as image:
+        return as_image_array(image)
+
+
+def images_of_task(task: Task) -> tuple[np.ndarray, ...]:
+    """A task's images (read-only arrays): its generated scene, the files named in
+    ``assets["image_paths"]`` (read when the episode opens; the last 16 cached), or
+    the arrays in ``assets["images"]``."""
+    assets = task.assets
+    if "scene" in assets:
+        return (scene_of(*assets["scene"]).image,)
+    if "image_paths" in assets:
+        return tuple(_read_image(str(path)) for path in assets["image_paths"])
+    if "images" in assets:
+        return tuple(as_image_array(image) for image in assets["images"])
+    raise InvalidConfigError(
+        f"task {task.id!r} has no image: a visual task's assets need 'scene', 'image_paths' "
+        f"or 'images'; it has {sorted(assets)}"
+    )
+
+
+def size_caption(width: int, height: int) -> str:
+    """How a prompt states a task image's size."""
+    return f"(Image 0: {width}x{height} pixels.)"
 
 
 def _options(scene: Scene, seed: int) -> tuple[list[str], str]:
@@ -60,19 +92,26 @@ def visual_tasks(
         kind = kinds[index % len(kinds)]
         seed = 2 * index + _SPLIT_OFFSET[split]
         scene = scene_of(kind, seed)
+        height, width = scene.image.shape[:2]
+        head = f"<image>\n{size_caption(width, height)}\n{scene.question}"
         if multiple_choice:
             options, gold = _options(scene, seed)
             lines = "\n".join(f"({LETTERS[i]}) {option}" for i, option in enumerate(options))
-            prompt = f"<image>\n{scene.question}\n{lines}\nAnswer with the option's letter."
+            prompt = f"{head}\n{lines}\nAnswer with the option's letter."
             choices = options
         else:
-            prompt, gold, choices = f"<image>\n{scene.question}", scene.answer, []
+            prompt, gold, choices = head, scene.answer, []
         return Task(
             id=f"visual/{split}/{index}",
             prompt=prompt,
             gold=gold,
             metadata={"kind": kind, "form": "choice" if multiple_choice else "open"},
-            assets={"scene": (kind, seed), "choices": choices},
+            assets={
+                "scene": (kind, seed),
+                "choices": choices,
+                "targets": scene.targets,
+                "image_size": (width, height),
+            },
         )
 
     default = 10_000 if split == "train" else 200

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vt_envs.domains.visual.image_tokens import QWEN2_VL_DEFAULTS, ImageTokenSpec
+from vt_envs.core.image_tokens import QWEN2_VL_DEFAULTS, ImageTokenSpec
 
 transformers = pytest.importorskip("transformers")
 
