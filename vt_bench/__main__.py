@@ -37,6 +37,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "VT-Search-v0 retrieval: index build, queries/s and p50/p99 single vs micro-batched, "
         "flat/HNSW/IVF at 10k/100k/1M passages, recall.",
     ),
+    "visual-speed": (
+        "vt_bench.visual_speed",
+        "VT-Visual-v0 oracle steps/s, reset and zoom latency, with <image> ids and with a "
+        "Qwen2-VL processor's expansion.",
+    ),
     "trainer-speed": (
         "vt_bench.trainer_speed",
         "Trainer update tokens/s (GRPO, PPO) and HF-engine rollout tokens/s, tiny model, CPU.",

@@ -41,6 +41,7 @@ PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("--episodes", "20", "--repeats", "3", "--calls", "200", "--verify-calls", "10"),
     ),
     ("search-speed", ("--sizes", "100000", "--repeats", "2")),
+    ("visual-speed", ("--episodes", "16", "--repeats", "3")),
     ("rollout-speed", ("--trajectories", "64")),
     ("trainer-speed", ("--steps", "3")),
 )
