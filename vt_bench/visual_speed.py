@@ -107,9 +107,7 @@ def run_benchmark(episodes: int, repeats: int, max_pixels: int) -> dict[str, Any
     placeholder = _series(episodes, repeats)
     with tempfile.TemporaryDirectory() as tmp:
         processor = write_qwen_vl_processor(Path(tmp) / "processor", max_pixels=max_pixels)
-        expanded = _series(
-            episodes, repeats, processor=str(processor), max_episode_tokens=1 << 15
-        )
+        expanded = _series(episodes, repeats, processor=str(processor), max_episode_tokens=1 << 15)
     return {
         "placeholder": placeholder,
         "processor": {**expanded, "max_pixels": max_pixels},
