@@ -693,7 +693,8 @@ class ToolEnv(gym.Env[dict, str]):
                 f"You have used all {self.max_tool_calls} tool calls. "
                 f"Give your final answer now with <{self._answer_tag}>...</{self._answer_tag}>."
             )
-        return parse.message or "Invalid action."
+        # The parser's message may quote the action: an image mark in it is not an image.
+        return (parse.message or "Invalid action.").replace(IMAGE_MARK, "")
 
     async def _run_calls(
         self, episode: _Episode, calls: Sequence[ToolCall]

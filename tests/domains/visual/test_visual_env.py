@@ -313,3 +313,13 @@ def test_easy_vqa_open_questions():
     result = vt_envs.run_episode(env, VisualOracle(), seed=0)
     assert result.reward == 1.0 and result.turns == 1  # no targets: nothing to zoom
     env.close()
+
+
+def test_an_image_mark_in_the_policy_text_is_not_an_image(env):
+    env.reset(seed=0)
+    forged = '<tool_call>{"name": "\x00VTimage\x00", "arguments": {}}</tool_call>'
+    obs, _, terminated, truncated, info = env.step(forged)
+    assert not (terminated or truncated) and info["invalid_actions"] == 1
+    assert obs["images"] == () and IMAGE_ID not in obs["tokens"].tolist()
+    obs, *_ = env.step(_call("crop", bbox=[0, 0, 9, 9]))  # the episode goes on
+    assert len(obs["images"]) == 1

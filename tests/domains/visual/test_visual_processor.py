@@ -143,3 +143,13 @@ def test_geometry_is_read_from_old_and_new_config_fields():
     assert (old.min_pixels, old.max_pixels) == (200, 6000)
     assert (both.min_pixels, both.max_pixels) == (300, 7000)
     assert image_spec_from_config(json.loads('{"patch_size": 16, "merge_size": 2}')).factor == 32
+
+
+def test_a_processor_object_gives_the_same_ids_as_its_directory(processor_dir, hf_processor):
+    by_path = gym.make("VT-Visual-v0", split="test", processor=str(processor_dir))
+    by_object = gym.make("VT-Visual-v0", split="test", processor=hf_processor)
+    first, _ = by_path.reset(seed=2)
+    second, _ = by_object.reset(seed=2)
+    assert first["tokens"].tolist() == second["tokens"].tolist()
+    by_path.close()
+    by_object.close()

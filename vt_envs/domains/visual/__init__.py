@@ -122,10 +122,9 @@ def make_visual_env(
     if bbox_format not in BBOX_FORMATS:
         raise InvalidConfigError(f"bbox_format must be one of {BBOX_FORMATS}, got {bbox_format!r}")
     store = ImageStore(images_of_task)
-    image_tools = store.tools(tools, bbox_format=bbox_format, timeout_s=tool_timeout_s)
-    for tool in image_tools:
-        if tool.name == "zoom":
-            tool.target = zoom_target
+    image_tools = store.tools(
+        tools, bbox_format=bbox_format, timeout_s=tool_timeout_s, zoom_target=zoom_target
+    )
     tasks = _tasks(dataset, split, kinds=kinds, size=size, multiple_choice=multiple_choice)
     return ToolEnv(
         tools=image_tools,

@@ -22,7 +22,14 @@ from typing import Any
 
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["BBOX_FORMATS", "BoxError", "describe_format", "from_pixels", "to_pixels"]
+__all__ = [
+    "BBOX_FORMATS",
+    "BoxError",
+    "describe_format",
+    "from_pixels",
+    "to_pixels",
+    "union_box",
+]
 
 BBOX_FORMATS = ("pixels", "normalized", "qwen1000")
 _SCALE = {"normalized": 1.0, "qwen1000": 1000.0}
@@ -121,3 +128,15 @@ def from_pixels(box: Sequence[float], bbox_format: str, width: int, height: int)
         round(x2 / width * scale, digits),
         round(y2 / height * scale, digits),
     ]
+
+
+def union_box(
+    boxes: Sequence[Sequence[int]], width: int, height: int, margin: int = 0
+) -> tuple[int, int, int, int]:
+    """The smallest pixel box holding every box, grown by ``margin`` and clipped to the image."""
+    return (
+        max(0, min(b[0] for b in boxes) - margin),
+        max(0, min(b[1] for b in boxes) - margin),
+        min(width, max(b[2] for b in boxes) + margin),
+        min(height, max(b[3] for b in boxes) + margin),
+    )

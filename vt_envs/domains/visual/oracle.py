@@ -20,7 +20,7 @@ from typing import Any
 
 from vt_envs.core.policy import OraclePolicy, Policy
 from vt_envs.core.task import Task
-from vt_envs.domains.visual.bbox import BBOX_FORMATS, describe_format, from_pixels
+from vt_envs.domains.visual.bbox import BBOX_FORMATS, describe_format, from_pixels, union_box
 
 __all__ = ["ZOOM_MARGIN", "NoToolPolicy", "VisualOracle", "stated_bbox_format"]
 
@@ -32,14 +32,6 @@ def stated_bbox_format(prompt: str) -> str | None:
     """The bbox convention a system prompt states (``None`` if it states none)."""
     found = [fmt for fmt in BBOX_FORMATS if describe_format(fmt) in prompt]
     return found[0] if len(found) == 1 else None
-
-
-def _union(targets: Any, width: int, height: int, margin: int) -> tuple[int, int, int, int]:
-    left = max(0, min(t[0] for t in targets) - margin)
-    top = max(0, min(t[1] for t in targets) - margin)
-    right = min(width, max(t[2] for t in targets) + margin)
-    bottom = min(height, max(t[3] for t in targets) + margin)
-    return left, top, right, bottom
 
 
 class VisualOracle(OraclePolicy):
@@ -55,7 +47,7 @@ class VisualOracle(OraclePolicy):
             self.bbox_format = stated_bbox_format(observation)
             if targets and self.bbox_format is not None:
                 width, height = self.task.assets["image_size"]
-                box = _union(targets, width, height, ZOOM_MARGIN)
+                box = union_box(targets, width, height, ZOOM_MARGIN)
                 bbox = from_pixels(box, self.bbox_format, width, height)
                 call = {"name": "zoom", "arguments": {"bbox": bbox, "image": 0}}
                 return f"<tool_call>{json.dumps(call)}</tool_call>"

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from vt_envs.domains.visual.bbox import union_box
 from vt_envs.domains.visual.ops import as_image_array
 from vt_envs.errors import InvalidConfigError
 
@@ -77,11 +78,7 @@ class Scene:
     def target_union(self, margin: int = 0) -> tuple[int, int, int, int]:
         """The smallest box holding every target, grown by ``margin`` (clipped to the image)."""
         height, width = self.image.shape[:2]
-        left = max(0, min(t[0] for t in self.targets) - margin)
-        top = max(0, min(t[1] for t in self.targets) - margin)
-        right = min(width, max(t[2] for t in self.targets) + margin)
-        bottom = min(height, max(t[3] for t in self.targets) + margin)
-        return left, top, right, bottom
+        return union_box(self.targets, width, height, margin)
 
 
 @functools.lru_cache(maxsize=16)

@@ -94,16 +94,21 @@ class ImageStore:
             self._current, self._task = current, task
         return current
 
-    def tools(self, names: Sequence[str] | None = None, **kwargs: Any) -> list[ImageTool]:
+    def tools(
+        self, names: Sequence[str] | None = None, *, zoom_target: int = 672, **kwargs: Any
+    ) -> list[ImageTool]:
         """The image tools (all of :data:`IMAGE_TOOLS`, or ``names``), bound to this store;
-        ``kwargs`` (``bbox_format``, ``timeout_s``) go to each."""
+        ``kwargs`` (``bbox_format``, ``timeout_s``) go to each, ``zoom_target`` to ``zoom``."""
         chosen = list(IMAGE_TOOLS) if names is None else list(names)
         unknown = [n for n in chosen if n not in IMAGE_TOOLS]
         if unknown:
             raise InvalidConfigError(
                 f"unknown image tools {unknown}; choose from {list(IMAGE_TOOLS)}"
             )
-        tools = [IMAGE_TOOLS[name](**kwargs) for name in chosen]
+        tools = [
+            IMAGE_TOOLS[name](**kwargs, **({"target": zoom_target} if name == "zoom" else {}))
+            for name in chosen
+        ]
         for tool in tools:
             tool.bind(self.session)
         return tools
@@ -219,7 +224,12 @@ class ZoomTool(ImageTool):
 
     def __init__(self, *, target: int = 672, **kwargs: Any):
         super().__init__(**kwargs)
+        if isinstance(target, bool) or not isinstance(target, int) or not 28 <= target <= 2048:
+            raise InvalidConfigError(f"zoom target must be an int in [28, 2048], got {target!r}")
         self.target = target
+        self.description = (
+            f"Crop a region and enlarge it (long side {target} px) to see small details."
+        )
 
     def apply(self, image: np.ndarray, arguments: Mapping[str, Any]) -> np.ndarray:
         return ops.zoom(image, self._box(image, arguments["bbox"]), target=self.target)
