@@ -246,10 +246,12 @@ class ToolEnv(gym.Env[dict, str]):
             env: the task prompt's ``<image>`` markers say where each image
             goes (images without a marker go first), tool results may add
             images (``ToolResult.images``), and ``obs["images"]`` carries them.
-        processor: with images, the path of a local Qwen2-VL / Qwen2.5-VL-style
-            processor directory (or a processor object): images expand to its
-            exact token sequence, and its tokenizer is the default
-            ``tokenizer``. ``None``: one ``<image>`` id per image.
+        processor: the path of a local Qwen2-VL / Qwen2.5-VL-style processor
+            directory (or a processor object): its tokenizer is the default
+            ``tokenizer``, and in an env with images each image expands to
+            the processor's exact token sequence. ``None``: one ``<image>``
+            id per image. A vision-language policy passes it to every env,
+            text-only ones included.
         max_image_tokens: budget of image tokens per episode; a step whose
             images would pass it ends the episode, truncated with
             ``"max_image_tokens"``. ``None``: no budget beyond the tokens'.
@@ -290,9 +292,9 @@ class ToolEnv(gym.Env[dict, str]):
     ):
         if task_images is not None:  # image envs can also render their latest image
             self.metadata = {**self.metadata, "render_modes": ["ansi", "rgb_array"]}
-        elif processor is not None or max_image_tokens is not None:
+        elif max_image_tokens is not None:
             raise InvalidConfigError(
-                "processor= and max_image_tokens= apply to envs with images; give task_images="
+                "max_image_tokens= applies to envs with images; give task_images="
             )
         if max_image_tokens is not None and (
             isinstance(max_image_tokens, bool)

@@ -153,3 +153,11 @@ def test_a_processor_object_gives_the_same_ids_as_its_directory(processor_dir, h
     assert first["tokens"].tolist() == second["tokens"].tolist()
     by_path.close()
     by_object.close()
+
+
+def test_a_text_env_takes_the_processor_for_its_tokenizer(processor_dir):
+    env = gym.make("VT-Lookup-v0", processor=str(processor_dir))
+    tokenizer = env.unwrapped.tokenizer
+    assert tokenizer.vocab_size == 2052
+    assert "images" not in env.observation_space.spaces
+    env.close()
