@@ -50,6 +50,11 @@ class TrainBatch:
         extras: further per-row (``[B]``) or per-token (``[B, L]``) tensors the
             algorithm attaches (advantages, returns, old / reference logprobs,
             values); they are indexed, split and moved with the rest.
+        images: per row, the trajectory's images in token order (the arrays
+            themselves, by reference), or ``None`` when no row has any. Rows
+            are selected and split with the tensors; pixel values are made
+            from them per forward (:class:`vt_train.vision.ImageInputs`) and
+            never stored, so the batch holds each image once.
     """
 
     input_ids: torch.Tensor
@@ -62,6 +67,7 @@ class TrainBatch:
     num_tokens: int
     num_sequences: int
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    images: list[tuple[Any, ...]] | None = None
 
     # ------------------------------------------------------------ building
 
@@ -112,6 +118,9 @@ class TrainBatch:
             lengths=torch.tensor(lengths, dtype=torch.long, device=cpu),
             num_tokens=int(loss_mask.sum().item()),
             num_sequences=b,
+            images=[tuple(t.images) for t in trajectories]
+            if any(t.images for t in trajectories)
+            else None,
         )
 
     # ------------------------------------------------------------- views
@@ -150,7 +159,8 @@ class TrainBatch:
             width = self.max_length
         picked = {name: self._take(getattr(self, name), index, width) for name in _TENSORS}
         extras = {name: self._take(t, index, width) for name, t in self.extras.items()}
-        batch = replace(self, **picked, extras=extras)
+        images = None if self.images is None else [self.images[i] for i in index.tolist()]
+        batch = replace(self, **picked, extras=extras, images=images)
         if normalize:
             batch.num_tokens = int(batch.loss_mask.sum().item())
             batch.num_sequences = len(index)
@@ -200,10 +210,21 @@ class TrainBatch:
         moved = {name: getattr(self, name).to(device) for name in _TENSORS}
         return replace(self, **moved, extras={k: v.to(device) for k, v in self.extras.items()})
 
+    def row_images(self) -> list[Any]:
+        """Every row's images, row by row, in token order (what one forward of this
+        batch needs, in the order the model replaces the image-pad ids)."""
+        return [image for row in self.images or () for image in row]
+
     def summary(self) -> Mapping[str, Any]:
         """Shapes and normalizers, for logs and error messages."""
         shapes = {name: tuple(getattr(self, name).shape) for name in _TENSORS}
-        return {**shapes, "num_tokens": self.num_tokens, "num_sequences": self.num_sequences}
+        images = sum(len(row) for row in self.images) if self.images else 0
+        return {
+            **shapes,
+            "num_tokens": self.num_tokens,
+            "num_sequences": self.num_sequences,
+            "images": images,
+        }
 
 
 def _check_size(name: str, value: int) -> None:

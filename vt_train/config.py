@@ -64,16 +64,28 @@ class ModelConfig:
 
     Attributes:
         path: a local Hugging Face model directory (GPU recipes point this at
-            e.g. a Qwen2.5 checkpoint on disk); ``None`` builds the tiny model.
+            e.g. a Qwen2.5 or Qwen2.5-VL checkpoint on disk); ``None`` builds
+            the tiny model.
         tiny: overrides of :class:`vt_train.model.TinyModelConfig` when
             ``path`` is ``None``.
+        vision: with ``path`` ``None``, make the tiny model a vision-language
+            one (Qwen2-VL architecture): overrides of
+            :class:`vt_train.vl_model.TinyVisionConfig` (``{}`` keeps its
+            defaults; ``null``, the default, builds a text model).
         tokenizer: a local tokenizer directory; ``None`` uses the model's
-            own (``path``) or VT's default tokenizer (tiny model).
+            own (``path``), the processor's (a vision-language policy) or
+            VT's default tokenizer (tiny model).
+        processor: a vision-language policy's processor directory (its
+            ``preprocessor_config.json`` and tokenizer); ``None``: the model's
+            own directory, or the one the trainer writes for the tiny model.
+            It is given to every env (``processor=``) and engine.
     """
 
     path: str | None = None
     tiny: dict[str, Any] = field(default_factory=dict)
+    vision: dict[str, Any] | None = None
     tokenizer: str | None = None
+    processor: str | None = None
 
 
 @dataclass

@@ -16,6 +16,13 @@ backward. Peak logits memory is one chunk, not the batch.
 It is the module handed to DeepSpeed (so ZeRO-3's parameter hooks see every
 call), and its ``state_dict`` keys are the wrapped model's (the ``lm.``
 prefix is hidden), so weight syncs and exports see plain Hugging Face names.
+
+Vision-language models (Qwen2-VL): ``pixel_values`` and ``image_grid_thw``
+go to the model's multimodal trunk with its own 3-D positions
+(:func:`vt_train.vision.trunk_hidden`), and the vision token ids — which only
+the env places — get probability 0, as the rollout engines sample them
+(:func:`vt_train.vision.vision_token_ids`), so both sides score one
+distribution.
 """
 
 from __future__ import annotations
@@ -26,19 +33,33 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-__all__ = ["LogprobModel"]
+from vt_train.vision import is_vision_language, trunk_hidden, vision_token_ids
+
+__all__ = ["LogprobModel", "ban_tokens"]
+
+
+def ban_tokens(logits: torch.Tensor, banned: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` with the ``banned`` ids (last dimension) set to ``-inf``."""
+    if banned is None or not banned.numel():
+        return logits
+    return logits.index_fill(-1, banned.to(logits.device), float("-inf"))
 
 
 def _head(
-    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
+    head: nn.Module,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float,
+    entropy: bool,
+    banned: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = head(hidden).float() / temperature  # [chunk, V], freed after this call
+    logits = ban_tokens(head(hidden).float() / temperature, banned)  # [chunk, V], freed after
     lse = torch.logsumexp(logits, dim=-1)
     picked = logits.gather(-1, targets[:, None])[:, 0] - lse
     if not entropy:
         return picked, torch.zeros_like(picked)
     probs = torch.softmax(logits, dim=-1)
-    return picked, lse - (probs * logits).sum(-1)
+    return picked, lse - (probs * logits.masked_fill(probs == 0, 0.0)).sum(-1)
 
 
 class LogprobModel(nn.Module):
@@ -51,11 +72,13 @@ class LogprobModel(nn.Module):
     ``positions`` (``[B, L]``, e.g. the loss mask) selects where to compute;
     ``None`` means every real token (``attention_mask``). With ``entropy``
     the second result is the entropy of that distribution at the same
-    positions, else ``None``.
+    positions, else ``None``. ``pixel_values`` / ``image_grid_thw``: the
+    images of the batch's rows, in order (a vision-language ``lm`` only).
 
     Args:
         lm: the causal LM (``get_decoder()`` and ``get_output_embeddings()``,
-            as every Hugging Face ``*ForCausalLM`` has).
+            as every Hugging Face ``*ForCausalLM`` has), or a Qwen2-VL-style
+            ``*ForConditionalGeneration``.
         chunk_size: positions per LM-head chunk.
     """
 
@@ -63,6 +86,9 @@ class LogprobModel(nn.Module):
         super().__init__()
         self.lm = lm
         self.chunk_size = chunk_size
+        banned = vision_token_ids(lm.config) if is_vision_language(lm) else ()
+        # Not a buffer: it must not appear in the state dict the engines load.
+        self._banned = torch.tensor(banned, dtype=torch.long) if banned else None
 
     @property
     def config(self) -> Any:
@@ -76,10 +102,16 @@ class LogprobModel(nn.Module):
         positions: torch.Tensor | None = None,
         temperature: float = 1.0,
         entropy: bool = False,
+        pixel_values: torch.Tensor | None = None,
+        image_grid_thw: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        hidden = self.lm.get_decoder()(  # scoring only: no KV cache to build
-            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-        ).last_hidden_state
+        hidden = trunk_hidden(  # scoring only: no KV cache to build
+            self.lm,
+            input_ids,
+            attention_mask,
+            pixel_values=pixel_values,
+            image_grid_thw=image_grid_thw,
+        )
         select = positions if positions is not None else attention_mask
         where = (
             select[:, 1:] != 0
@@ -93,10 +125,11 @@ class LogprobModel(nn.Module):
         for start in range(0, targets.shape[0], self.chunk_size):
             h = picked_hidden[start : start + self.chunk_size]
             t = targets[start : start + self.chunk_size]
+            args = (head, h, t, temperature, entropy, self._banned)
             if torch.is_grad_enabled():
-                lp, ent = checkpoint(_head, head, h, t, temperature, entropy, use_reentrant=False)
+                lp, ent = checkpoint(_head, *args, use_reentrant=False)
             else:
-                lp, ent = _head(head, h, t, temperature, entropy)
+                lp, ent = _head(*args)
             pieces.append(lp)
             entropies.append(ent)
         logprobs = hidden.new_zeros(input_ids.shape, dtype=torch.float32)

@@ -27,6 +27,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2Model
 
 from vt_envs.core.tokenizer import DEFAULT_TOKENIZER_DIR, ChatTokenizer, load_tokenizer
 from vt_envs.errors import InvalidConfigError
+from vt_train.vision import is_vision_language, trunk_hidden
 
 __all__ = [
     "CriticModel",
@@ -211,13 +212,16 @@ class CriticModel(nn.Module):
     logprobs, and verl's ``values[:, -response_length - 1:-1]``).
 
     The trunk is any Hugging Face base model (``AutoModel``): Qwen2, Llama,
-    Mistral, Gemma...
+    Mistral, Gemma... or a vision-language one (``Qwen2VLModel``: vision tower
+    and decoder), which then takes the batch's ``pixel_values`` and
+    ``image_grid_thw`` too.
     """
 
     def __init__(self, trunk: nn.Module):
         super().__init__()
         self.trunk = trunk
-        self.value_head = ValueHead(trunk.config.hidden_size)
+        config = getattr(trunk.config, "text_config", None) or trunk.config
+        self.value_head = ValueHead(config.hidden_size)
 
     @classmethod
     def from_policy(cls, policy: nn.Module) -> CriticModel:
@@ -227,6 +231,8 @@ class CriticModel(nn.Module):
         trunk). Call it before the policy is handed to DeepSpeed: under ZeRO-3
         the policy's parameters are partitioned (empty) afterwards.
         """
+        if is_vision_language(policy):  # the whole multimodal trunk: it must see the images
+            return cls(copy.deepcopy(policy.model))
         decoder = policy.get_decoder() if hasattr(policy, "get_decoder") else None
         if decoder is None:
             raise InvalidConfigError(
@@ -252,25 +258,43 @@ class CriticModel(nn.Module):
         return cls(trunk)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        pixel_values: torch.Tensor | None = None,
+        image_grid_thw: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        hidden = self.trunk(
-            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
-        ).last_hidden_state
+        if is_vision_language(self.trunk):
+            hidden = trunk_hidden(
+                self.trunk,
+                input_ids,
+                attention_mask,
+                pixel_values=pixel_values,
+                image_grid_thw=image_grid_thw,
+            )
+        else:
+            hidden = self.trunk(
+                input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+            ).last_hidden_state
         return self.value_head(hidden)
 
 
 def state_values(
-    critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    critic: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    **vision: torch.Tensor,
 ) -> torch.Tensor:
     """``V(s_t)`` for every token ``t``, ``[B, L]`` float32, token-aligned.
 
     Index ``t`` is the critic's output at position ``t - 1``: the value of the
     state in which token ``t`` was generated, before the critic has seen it.
     Index 0 (no state before the first token) is 0. ``critic`` is a
-    :class:`CriticModel` or anything wrapping one (a DeepSpeed engine).
+    :class:`CriticModel` or anything wrapping one (a DeepSpeed engine);
+    ``vision`` holds the batch's ``pixel_values`` / ``image_grid_thw``.
     """
-    after = critic(input_ids, attention_mask).float()
+    after = critic(input_ids, attention_mask, **vision).float()
     return torch.nn.functional.pad(after[:, :-1], (1, 0))
 
 

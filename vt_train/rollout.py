@@ -13,6 +13,13 @@ and produced, and ``loss_mask`` is 1 exactly on the ids the engine returned
 (boundary tokens the env inserts, such as ``<|im_end|>\\n`` after a stop
 string, arrive with the observation and are masked out).
 
+Images (envs with ``obs["images"]``): each observation's images are appended
+to the trajectory's image list with its ids (image-pad ids are observation
+ids, mask 0), held by reference, and the engine gets the list so far with
+every request, in the order the images' tokens appear. Equal images seen by
+several trajectories of one collection (a GRPO group's task image) are kept
+once (:class:`~vt_train.vision.ImageInterner`).
+
 Two schedules run the same per-turn code:
 
 - ``mode="async"`` (trajectory-level asynchrony, the default): one coroutine
@@ -50,6 +57,7 @@ from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.errors import InvalidConfigError
 from vt_train.engines.base import Generation, RolloutEngine, SamplingParams
 from vt_train.trajectory import Trajectory
+from vt_train.vision import ImageInterner
 
 __all__ = ["ROLLOUT_MODES", "collect", "merge_stop_strings", "stream"]
 
@@ -70,6 +78,7 @@ class _Setup:
     sampling: SamplingParams  # stop strings already merged with the env's
     seed: int
     max_context: int | None
+    images: ImageInterner = field(default_factory=ImageInterner)
 
 
 @dataclass
@@ -96,6 +105,7 @@ class _Rollout:
     info: dict[str, Any] = field(default_factory=dict)  # the latest step's info
     finish_reasons: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
+    images: list[Any] = field(default_factory=list)  # by reference, in token order
     tool_latency_s: float = 0.0
     generate_s: float = 0.0
     step_s: float = 0.0
@@ -126,6 +136,7 @@ class _Rollout:
             invalid_actions=int(self.info.get("invalid_actions", 0)),
             finish_reasons=self.finish_reasons,
             actions=self.actions,
+            images=self.images,
             metadata={
                 "rollout_index": self.index,
                 "sample": self.sample,
@@ -152,6 +163,7 @@ async def _start(setup: _Setup, r: _Rollout, env_index: int) -> None:
     r.task_id = str(info["task_id"])
     r.env_index = env_index
     r.append(obs["tokens"], generated=False)
+    r.images.extend(setup.images.intern(image) for image in obs.get("images", ()))
     r.prompt_length = len(r.input_ids)
     r.info = info
 
@@ -191,7 +203,9 @@ async def _generate(setup: _Setup, r: _Rollout) -> Generation | None:
     if params is None:
         return None
     start = time.perf_counter()
-    generation = await setup.engine.generate(list(r.input_ids), params)
+    # Images only when there are some: a text engine need not know the keyword.
+    extra = {"images": tuple(r.images)} if r.images else {}
+    generation = await setup.engine.generate(list(r.input_ids), params, **extra)
     r.generate_s += time.perf_counter() - start
     if len(generation.logprobs) != len(generation.token_ids):
         raise ValueError(
@@ -224,6 +238,7 @@ async def _step(setup: _Setup, r: _Rollout, env_index: int, generation: Generati
         await _end_at_context_limit(setup, r, env_index)
         return
     r.append(obs["tokens"], generated=False)
+    r.images.extend(setup.images.intern(image) for image in obs.get("images", ()))
 
 
 def _derive_seed(seed: int, index: int, turn: int) -> int:

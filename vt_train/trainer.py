@@ -23,6 +23,13 @@ One :meth:`Trainer.step` reads top to bottom like the algorithm:
 Devices: the models live on ``config.device`` (DeepSpeed's device); every
 tensor the trainer builds is created there or moved there before it meets a
 model.
+
+Vision-language policies (``model.vision``, or a Qwen2-VL ``model.path``):
+the processor directory goes to every env and engine; trajectories carry
+their images by reference into :class:`TrainBatch`, and every forward (old,
+reference and new logprobs, values, the sync probe) turns its rows' images
+into pixel values for that forward only (:mod:`vt_train.vision`). Image-pad
+ids are observation ids, so the loss mask never covers them.
 """
 
 from __future__ import annotations
@@ -74,6 +81,13 @@ from vt_train.model import (
 from vt_train.rollout import collect
 from vt_train.run_dir import MetricsLogger, write_transcripts
 from vt_train.trajectory import Trajectory
+from vt_train.vision import ImageInputs, is_vision_language, load_policy
+from vt_train.vl_model import (
+    TinyVisionConfig,
+    build_tiny_vl_model,
+    copy_processor_files,
+    is_processor_dir,
+)
 
 __all__ = ["Trainer", "check_same_tokenizer", "sync_tolerances"]
 
@@ -98,17 +112,29 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _load_policy(config: TrainConfig, tokenizer: Any) -> torch.nn.Module:
+def _load_policy(
+    config: TrainConfig, tokenizer: Any, processor_dir: Path | None
+) -> torch.nn.Module:
     path = config.init_from or config.model.path
     if path is not None:
-        from transformers import AutoModelForCausalLM
-
         # Loaded in the training dtype: a 7B model in fp32 is 30 GB of host RAM per rank.
         dtype = torch.bfloat16 if config.deepspeed.bf16 else torch.float32
-        return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
-    return build_tiny_model(
-        TinyModelConfig(**{"seed": config.seed, **config.model.tiny}), tokenizer
-    )
+        return load_policy(path, dtype=dtype)
+    text = TinyModelConfig(**{"seed": config.seed, **config.model.tiny})
+    if config.model.vision is not None:
+        assert processor_dir is not None
+        return build_tiny_vl_model(text, TinyVisionConfig(**config.model.vision), processor_dir)
+    return build_tiny_model(text, tokenizer)
+
+
+def _processor_dir(config: TrainConfig, run_dir: Path) -> Path | None:
+    """Where a vision-language policy's processor lives (``None``: a text policy)."""
+    if config.model.processor is not None:
+        return Path(config.model.processor)
+    path = config.init_from or config.model.path
+    if path is not None:
+        return Path(path) if is_processor_dir(path) else None
+    return run_dir / "processor" if config.model.vision is not None else None
 
 
 def check_same_tokenizer(pairs: Sequence[tuple[str, Any]]) -> None:
@@ -167,10 +193,28 @@ class Trainer:
         if device == "cpu":  # DeepSpeed picks CUDA whenever it can see it
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
+        self.processor_dir = _processor_dir(config, self.run_dir)
+        if self.processor_dir is not None and config.model.path is None and not config.init_from:
+            # The tiny VL model writes its processor (and so its tokenizer) first.
+            policy = _load_policy(config, None, self.processor_dir)
         self.tokenizer = load_tokenizer(
-            config.model.tokenizer or config.init_from or config.model.path
+            config.model.tokenizer
+            or config.init_from
+            or config.model.path
+            or (str(self.processor_dir) if self.processor_dir is not None else None)
         )
-        policy = _load_policy(config, self.tokenizer)
+        if not (
+            self.processor_dir is not None and config.model.path is None and not config.init_from
+        ):
+            policy = _load_policy(config, self.tokenizer, self.processor_dir)
+        self.vision = is_vision_language(policy)
+        if self.vision and self.processor_dir is None:
+            raise InvalidConfigError(
+                f"the policy ({type(policy).__name__}) is a vision-language model but no "
+                "processor was found: set model.processor to its processor directory (the one "
+                "with preprocessor_config.json)"
+            )
+        self.image_inputs = ImageInputs(str(self.processor_dir)) if self.vision else None
         if config.optim.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
         # Every copy of the policy is made before DeepSpeed takes it: under
@@ -217,6 +261,8 @@ class Trainer:
         self.engine = make_engine(config.rollout.engine, **engine_kwargs)
 
         env_kwargs = dict(config.env.kwargs)
+        if self.vision:  # the envs expand images as this policy's processor does
+            env_kwargs.setdefault("processor", str(self.processor_dir))
         batch = config.rollout.tasks_per_step // self.world * config.rollout.n
         self.train_env = ToolVectorEnv(
             [
@@ -274,10 +320,14 @@ class Trainer:
             kwargs.setdefault("tokenizer", self.tokenizer)
             kwargs.setdefault("seed", self.config.seed)
             kwargs.setdefault("device", device)
+            if self.vision:
+                kwargs.setdefault("processor", str(self.processor_dir))
         elif self.config.rollout.engine == "vllm":
             path = self.run_dir / "weights" / "initial"
             # The policy's own tokenizer files: vLLM detokenizes (stop strings) with them.
             save_pretrained_with_tokenizer(policy, self.tokenizer, path)
+            if self.vision:  # vLLM builds its multimodal processor from the model directory
+                copy_processor_files(self.processor_dir, path)
             kwargs.setdefault("model_path", str(path))
             kwargs.setdefault("tokenizer", self.tokenizer)
             # the training dtype, whatever config.json says: the sync check compares the two
@@ -343,6 +393,12 @@ class Trainer:
 
     # -------------------------------------------------------------- update
 
+    def _vision(self, images: Sequence[Any]) -> dict[str, torch.Tensor]:
+        """Pixel values and grids of ``images`` on the device (for one forward only)."""
+        if self.image_inputs is None or not images:
+            return {}
+        return self.image_inputs(images, self.device)
+
     def _logprobs(
         self, model: Any, mb: TrainBatch, *, entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -353,6 +409,7 @@ class Trainer:
             positions=mb.loss_mask,
             temperature=self.temperature,
             entropy=entropy,
+            **self._vision(mb.row_images()),
         )
 
     @property
@@ -392,7 +449,15 @@ class Trainer:
         if self.critic is not None:
             self.critic.eval()
             values = torch.cat(
-                [state_values(self.critic, mb.input_ids, mb.attention_mask) for mb in chunks]
+                [
+                    state_values(
+                        self.critic,
+                        mb.input_ids,
+                        mb.attention_mask,
+                        **self._vision(mb.row_images()),
+                    )
+                    for mb in chunks
+                ]
             )
             extras["old_values"] = values
         advantages, returns = ADVANTAGES.get(algo.advantage)(
@@ -423,13 +488,27 @@ class Trainer:
         return trajectories
 
     def _dummy_backward(self, boundary: bool) -> None:
-        """A zero-gradient backward, so a rank with no rows joins the all-reduce."""
-        ids = torch.full((1, 2), self.tokenizer.pad_token_id, device=self.device)
+        """A zero-gradient backward, so a rank with no rows joins the all-reduce (a
+        vision-language policy's runs its vision tower too, on one small image, so every
+        rank's parameters take part in the same reductions)."""
+        ids, vision = self._dummy_inputs()
         ones = torch.ones_like(ids)
-        logprobs, _ = self.actor(ids, ones, positions=ones)
+        logprobs, _ = self.actor(ids, ones, positions=ones, **vision)
         self.actor.backward(logprobs.sum() * 0.0, boundary=boundary)
         if self.critic is not None:
-            self.critic.backward(self.critic(ids).float().sum() * 0.0, boundary=boundary)
+            values = self.critic(ids, ones, **vision).float()
+            self.critic.backward(values.sum() * 0.0, boundary=boundary)
+
+    def _dummy_inputs(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        pad = self.tokenizer.pad_token_id
+        if not self.vision:
+            return torch.full((1, 2), pad, device=self.device), {}
+        config = self.actor.module.lm.config
+        vision = self._vision([np.zeros((56, 56, 3), dtype=np.uint8)])
+        pads = int(vision["image_grid_thw"].prod()) // config.vision_config.spatial_merge_size**2
+        ids = [pad, config.vision_start_token_id, *[config.image_token_id] * pads]
+        ids.append(config.vision_end_token_id)
+        return torch.tensor([ids], device=self.device), vision
 
     def _micro_step(
         self, mb: TrainBatch, norm: Mapping[str, float], *, boundary: bool
@@ -468,7 +547,9 @@ class Trainer:
         # the global counts, so scale by the world size to get their sum.
         self.actor.backward(loss * self.world, boundary=boundary)
         if self.critic is not None:
-            values = state_values(self.critic, mb.input_ids, mb.attention_mask)
+            values = state_values(
+                self.critic, mb.input_ids, mb.attention_mask, **self._vision(mb.row_images())
+            )
             v_mat, v_metrics = value_loss(
                 values, mb.extras["old_values"], mb.extras["returns"], mask, algo
             )
@@ -524,19 +605,26 @@ class Trainer:
 
     @torch.no_grad()
     def _reference_logprobs(
-        self, sequences: Sequence[Sequence[int]], temperature: float
+        self,
+        sequences: Sequence[Sequence[int]],
+        temperature: float,
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[list[float]]:
-        """The trainer's ``log p(token_t | tokens_<t)`` of each probe sequence, t >= 1."""
+        """The trainer's ``log p(token_t | tokens_<t)`` of each probe sequence, t >= 1
+        (``images[i]``: sequence ``i``'s images)."""
         self.actor.eval()
         out = []
-        for seq in sequences:
+        for i, seq in enumerate(sequences):
             ids = torch.tensor([list(seq)], device=self.device)
             ones = torch.ones_like(ids)
-            logprobs, _ = self.actor(ids, ones, positions=ones, temperature=temperature)
+            vision = self._vision(images[i] if images is not None else ())
+            logprobs, _ = self.actor(ids, ones, positions=ones, temperature=temperature, **vision)
             out.append(logprobs[0, 1:].float().tolist())
         return out
 
-    def _sync_weights(self, probe: Sequence[Sequence[int]]) -> dict[str, float]:
+    def _sync_weights(
+        self, probe: Sequence[Sequence[int]], probe_images: Sequence[Sequence[Any]] | None = None
+    ) -> dict[str, float]:
         """Push the actor's weights into the rollout engine, then compare logprobs."""
         state = self.actor.full_state_dict()
         self.engine.load_weights(state)
@@ -545,7 +633,13 @@ class Trainer:
         mean_tol, max_tol = sync_tolerances(self.config)
         # At temperature 1: the check is about the weights, and vLLM scores only at T=1.
         result = assert_in_sync(
-            self.engine, self._reference_logprobs, probe, 1.0, tol=max_tol, mean_tol=mean_tol
+            self.engine,
+            self._reference_logprobs,
+            probe,
+            1.0,
+            tol=max_tol,
+            mean_tol=mean_tol,
+            probe_images=probe_images,
         )
         return {
             "sync/max_abs_logprob_diff": result["max_abs_diff"],
@@ -635,8 +729,14 @@ class Trainer:
         if batch is not None and len(batch) and batch.num_tokens:
             batch, prep_metrics = self._prepare(batch)
             metrics.update({**prep_metrics, **self._update(batch)})
-            probe = [t.input_ids[: cfg.rollout.max_context] for t in trajectories[:2]]
-            metrics.update(self._sync_weights(probe))
+            span = None
+            if self.vision:
+                lm_config = self.actor.module.lm.config
+                span = (lm_config.vision_start_token_id, lm_config.vision_end_token_id)
+            probes = [_probe(t, cfg.rollout.max_context, span) for t in trajectories[:2]]
+            probe = [ids for ids, _ in probes]
+            probe_images = [images for _, images in probes] if self.vision else None
+            metrics.update(self._sync_weights(probe, probe_images))
         return metrics
 
     def step(self) -> dict[str, float]:
@@ -690,6 +790,8 @@ class Trainer:
             save_pretrained_with_tokenizer(
                 self.actor.module.lm, self.tokenizer, self.run_dir / "final", state_dict=state
             )
+            if self.vision:
+                copy_processor_files(self.processor_dir, self.run_dir / "final")
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         self.metrics.close()
         return summary
@@ -732,6 +834,26 @@ class Trainer:
         self.train_env.close()
         self.eval_env.close()
         run_sync(self.engine.aclose(), method="Trainer.close", async_method="engine.aclose")
+
+
+def _probe(
+    trajectory: Trajectory, limit: int, span: tuple[int, int] | None
+) -> tuple[list[int], list[Any]]:
+    """The first ``limit`` ids of ``trajectory`` as a sync probe, with the images whose
+    tokens they hold. ``span``: a vision-language policy's (vision start, vision end) ids;
+    an image span the cut would split is left out whole."""
+    ids = trajectory.input_ids
+    if span is None or len(ids) <= limit:
+        return ids[:limit], list(trajectory.images)
+    cut, complete, opened = limit, 0, None
+    for i, token in enumerate(ids[:limit]):
+        if token == span[0]:
+            opened = i
+        elif token == span[1]:
+            complete, opened = complete + 1, None
+    if opened is not None:
+        cut = opened
+    return ids[:cut], list(trajectory.images[:complete])
 
 
 def _rollout_is_weights(

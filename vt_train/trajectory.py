@@ -34,6 +34,9 @@ class Trajectory:
         turns, tool_calls, tool_errors, invalid_actions: episode statistics.
         finish_reasons: each turn's generation finish reason.
         actions: each turn's generated text (for transcripts).
+        images: the images the policy saw, in the order their tokens appear in
+            ``input_ids`` (read-only ``HxWx3 uint8`` arrays, held by reference:
+            the env's own, never copied).
     """
 
     task_id: str
@@ -53,6 +56,7 @@ class Trajectory:
     finish_reasons: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    images: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)

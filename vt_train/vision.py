@@ -40,7 +40,9 @@ from vt_envs.errors import InvalidConfigError
 
 __all__ = [
     "ImageInputs",
+    "ImageInterner",
     "is_vision_language",
+    "load_policy",
     "rope_positions",
     "trunk_hidden",
     "vision_token_ids",
@@ -106,6 +108,38 @@ def _load_image_processor(path: str) -> Any:
     return cls.from_pretrained(path, local_files_only=True)
 
 
+class ImageInterner:
+    """Keeps one array per distinct image, so trajectories that saw equal images share it.
+
+    An env gives each episode its own copy of the task's image (Gymnasium's
+    checker wants no array shared between two resets), so the ``n`` samples of
+    one GRPO group would hold ``n`` equal copies. The rollout collector passes
+    every observed image through :meth:`intern`: an image equal to one already
+    kept (same shape, same bytes) is replaced by the kept array, and the
+    episode's copy is freed when its env resets. Lookup is by a fingerprint of
+    the shape and 4,096 evenly spaced bytes; a hit is confirmed byte for byte,
+    so two different images are never merged.
+    """
+
+    _SAMPLES = 4096
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple, list[np.ndarray]] = {}
+        self.hits = 0
+
+    def intern(self, image: np.ndarray) -> np.ndarray:
+        flat = image.reshape(-1)
+        step = max(1, flat.size // self._SAMPLES)
+        key = (image.shape, image.dtype.str, flat[::step].tobytes())
+        bucket = self._kept.setdefault(key, [])
+        for kept in bucket:
+            if kept is image or np.array_equal(kept, image):
+                self.hits += kept is not image
+                return kept
+        bucket.append(image)
+        return image
+
+
 def _base(lm: nn.Module) -> nn.Module:
     """The multimodal trunk of a VL causal LM (``Qwen2VLModel``: vision tower + decoder)."""
     return lm.model if hasattr(lm, "model") and hasattr(lm.model, "visual") else lm
@@ -121,7 +155,7 @@ def rope_positions(
     ``get_rope_index``: image tokens get (time, row, column) positions, text tokens one
     position repeated three times, padding 0."""
     config = trunk.config
-    image_token = getattr(config, "image_token_id")
+    image_token = config.image_token_id
     video_token = getattr(config, "video_token_id", None)
     types = (input_ids == image_token).int()
     if video_token is not None:
@@ -168,3 +202,17 @@ def trunk_hidden(
         image_grid_thw=image_grid_thw,
         use_cache=False,
     ).last_hidden_state
+
+
+def load_policy(path: str | os.PathLike[str], **kwargs: Any) -> nn.Module:
+    """A local model directory as a causal LM: ``AutoModelForCausalLM``, or
+    ``AutoModelForImageTextToText`` when its config has a vision tower (Qwen2-VL)."""
+    import transformers
+
+    config = json.loads((Path(path) / "config.json").read_text())
+    auto = (
+        transformers.AutoModelForImageTextToText
+        if "vision_config" in config
+        else transformers.AutoModelForCausalLM
+    )
+    return auto.from_pretrained(str(path), local_files_only=True, **kwargs)

@@ -55,12 +55,12 @@ class TinyVisionConfig:
     depth: int = 2
     embed_dim: int = 32
     num_heads: int = 2
-    mlp_ratio: float = 2.0
+    mlp_ratio: int = 2
     min_pixels: int = 56 * 56
     max_pixels: int = 64 * 28 * 28
 
     def __post_init__(self) -> None:
-        for name in ("depth", "embed_dim", "num_heads", "min_pixels", "max_pixels"):
+        for name in ("depth", "embed_dim", "num_heads", "mlp_ratio", "min_pixels", "max_pixels"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise InvalidConfigError(

@@ -9,6 +9,12 @@ Log-probabilities are of the *sampling* distribution: ``log_softmax(logits /
 temperature)`` at each generated position. The trainer recomputes its own
 logprobs the same way, so the two agree up to numerics when the weights are
 in sync (:func:`logprob_agreement` checks exactly that after each sync).
+
+Images: a vision-language engine takes the trajectory's images so far
+(``images=``, read-only ``HxWx3 uint8`` arrays in the order their tokens
+appear in ``prompt_ids``) and never samples the vision token ids (only the
+env places those; the trainer gives them probability 0 too). A text engine
+given images raises :class:`~vt_envs.errors.InvalidConfigError`.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from vt_envs.errors import VTError
+from vt_envs.errors import InvalidConfigError, VTError
 
 __all__ = [
     "EngineClosedError",
@@ -27,6 +33,7 @@ __all__ = [
     "RolloutEngine",
     "SamplingParams",
     "StopChecker",
+    "reject_images",
 ]
 
 FinishReason = Literal["stop", "eos", "length"]
@@ -80,8 +87,15 @@ class RolloutEngine(abc.ABC):
     weights_version: int = 0
 
     @abc.abstractmethod
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
-        """Continue ``prompt_ids`` (the whole context so far) for one turn."""
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        params: SamplingParams,
+        *,
+        images: Sequence[Any] = (),
+    ) -> Generation:
+        """Continue ``prompt_ids`` (the whole context so far) for one turn; ``images``
+        are the context's images, in order."""
 
     @abc.abstractmethod
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
@@ -89,9 +103,14 @@ class RolloutEngine(abc.ABC):
 
     @abc.abstractmethod
     def score(
-        self, sequences: Sequence[Sequence[int]], temperature: float = 1.0
+        self,
+        sequences: Sequence[Sequence[int]],
+        temperature: float = 1.0,
+        *,
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[list[float]]:
-        """``log p(token_t | tokens_<t)`` for t >= 1 of each sequence (a probe for sync checks)."""
+        """``log p(token_t | tokens_<t)`` for t >= 1 of each sequence (a probe for sync
+        checks); ``images[i]`` are sequence ``i``'s images."""
 
     async def aclose(self) -> None:
         """Release engine resources."""
@@ -128,3 +147,12 @@ class StopChecker:
             return False
         text = self._decode(list(generated[-self._window :]))
         return any(s in text for s in self.stop)
+
+
+def reject_images(engine: RolloutEngine, images: Any) -> None:
+    """Raise :class:`InvalidConfigError` if a text-only ``engine`` was given images."""
+    if images and any(len(i) if isinstance(i, (list, tuple)) else 1 for i in images):
+        raise InvalidConfigError(
+            f"{type(engine).__name__} serves a text-only model but was given images; roll out "
+            "a vision-language policy (a Qwen2-VL model) on image envs"
+        )

@@ -19,6 +19,14 @@ request samples the same tokens whatever else shares the batch.
 Log-probabilities follow the engine protocol: ``log_softmax(logits / T)``
 of the sampled token, before top-p truncation; greedy (``T == 0``) reports
 ``log_softmax(logits)`` of the argmax token.
+
+Vision-language models (Qwen2-VL architecture): a request's images are
+turned into pixel values by the processor's image processor when the
+request is prefilled (:class:`~vt_train.vision.ImageInputs`), and the
+rotary positions are the model's own 3-D ones for the left-padded prompt
+(:func:`~vt_train.vision.rope_positions`); decoding continues each row from
+its largest position + 1, as the model does. The vision token ids are never
+sampled (their logits are ``-inf`` in the reported distribution too).
 """
 
 from __future__ import annotations
@@ -36,6 +44,14 @@ import torch
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
 from vt_envs.errors import InvalidConfigError
 
+from ..logprobs import ban_tokens
+from ..vision import (
+    ImageInputs,
+    is_vision_language,
+    load_policy,
+    rope_positions,
+    vision_token_ids,
+)
 from .base import (
     EngineClosedError,
     FinishReason,
@@ -43,6 +59,7 @@ from .base import (
     RolloutEngine,
     SamplingParams,
     StopChecker,
+    reject_images,
 )
 
 __all__ = ["HFEngine"]
@@ -53,6 +70,7 @@ class _Request:
     prompt: list[int]
     params: SamplingParams
     future: asyncio.Future[Generation]
+    images: tuple[Any, ...] = ()
     queued_at: float = field(default_factory=time.perf_counter)
 
 
@@ -141,6 +159,8 @@ class HFEngine(RolloutEngine):
         max_batch_size: the most requests one batch serves.
         device: where the model runs.
         seed: seeds the engine RNG used by requests without a seed.
+        processor: for a vision-language model, its processor directory (or
+            image processor object); default: the model's own directory.
 
     Attributes:
         num_batches: prefill groups admitted so far; ``batch_sizes`` lists their
@@ -155,16 +175,27 @@ class HFEngine(RolloutEngine):
         max_batch_size: int = 64,
         device: str | torch.device = "cpu",
         seed: int = 0,
+        processor: Any = None,
     ):
         if max_batch_size < 1:
             raise InvalidConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if isinstance(model, (str, os.PathLike)):
-            from transformers import AutoModelForCausalLM
-
-            model = AutoModelForCausalLM.from_pretrained(str(model), local_files_only=True)
+            processor = processor if processor is not None else str(model)
+            model = load_policy(str(model))
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer: ChatTokenizer = load_tokenizer(tokenizer)
+        self.vision = is_vision_language(self.model)
+        banned = vision_token_ids(self.model.config) if self.vision else ()
+        self._banned = (
+            torch.tensor(banned, dtype=torch.long, device=self.device) if banned else None
+        )
+        if self.vision and processor is None:
+            raise InvalidConfigError(
+                "HFEngine: a vision-language model needs its processor (processor=DIR, the "
+                "directory with preprocessor_config.json) to turn images into pixels"
+            )
+        self._images = ImageInputs(processor) if self.vision else None
         self.max_batch_size = max_batch_size
         self.weights_version = 0
         self.num_batches = 0
@@ -180,13 +211,19 @@ class HFEngine(RolloutEngine):
 
     # -- generate: queue, batch, sample ---------------------------------------
 
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, images: Sequence[Any] = ()
+    ) -> Generation:
         if self._closed:
             raise EngineClosedError("HFEngine.generate called after aclose()")
         if len(prompt_ids) == 0:
             raise InvalidConfigError("HFEngine.generate needs a non-empty prompt")
+        if not self.vision:
+            reject_images(self, images)
         loop = asyncio.get_running_loop()
-        request = _Request([int(t) for t in prompt_ids], params, loop.create_future())
+        request = _Request(
+            [int(t) for t in prompt_ids], params, loop.create_future(), tuple(images)
+        )
         with self._pending_lock:
             self._pending.append(request)
         if not self._serving:
@@ -240,20 +277,30 @@ class HFEngine(RolloutEngine):
         if not rows:
             return batch
         input_ids, attention_mask = self._left_pad([row.request.prompt for row in rows])
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        vision: dict[str, torch.Tensor] = {}
+        if self.vision:
+            images = [image for row in rows for image in row.request.images]
+            vision = self._images(images, self.device) if images else {}
+            position_ids = rope_positions(
+                self.model.model, input_ids, attention_mask, vision.get("image_grid_thw")
+            )
+            next_position = position_ids.amax(dim=(0, 2)) + 1  # [B]: past every image's rows
+        else:
+            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+            next_position = position_ids[:, -1] + 1
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             use_cache=True,
             logits_to_keep=1,
+            **vision,
         )
         self.num_batches += 1
         self.batch_sizes.append(len(rows))
         new = _Batch(
-            rows, out.past_key_values, attention_mask, position_ids[:, -1] + 1,
-            out.logits[:, -1].float(),
-        )  # fmt: skip
+            rows, out.past_key_values, attention_mask, next_position, out.logits[:, -1].float()
+        )
         merged = new if batch is None else batch.merged_with(new)
         for row in rows:
             row.admitted_at, row.batch_size = time.perf_counter(), len(merged.rows)
@@ -276,10 +323,13 @@ class HFEngine(RolloutEngine):
         attention_mask = torch.cat(
             [batch.attention_mask, batch.attention_mask.new_ones(len(batch.rows), 1)], dim=1
         )
+        position_ids = batch.next_position[:, None]
+        if self.vision:  # a text token: one position, repeated on the three axes
+            position_ids = position_ids[None].expand(3, -1, -1)
         out = self.model(
             input_ids=tokens[:, None],
             attention_mask=attention_mask,
-            position_ids=batch.next_position[:, None],
+            position_ids=position_ids,
             past_key_values=batch.cache,
             use_cache=True,
         )
@@ -323,7 +373,7 @@ class HFEngine(RolloutEngine):
         temperatures = torch.tensor(
             [row.request.params.temperature or 1.0 for row in rows], device=logits.device
         )
-        logprobs = torch.log_softmax(logits / temperatures[:, None], dim=-1)
+        logprobs = torch.log_softmax(ban_tokens(logits / temperatures[:, None], self._banned), -1)
         tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
         for i, row in enumerate(rows):
             params = row.request.params
@@ -373,19 +423,31 @@ class HFEngine(RolloutEngine):
         self.weights_version += 1
 
     def score(
-        self, sequences: Sequence[Sequence[int]], temperature: float = 1.0
+        self,
+        sequences: Sequence[Sequence[int]],
+        temperature: float = 1.0,
+        *,
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[list[float]]:
         """``log_softmax(logits / T)`` of token t given tokens < t, for t >= 1
-        (``T == 0`` scores at ``T = 1``, as greedy generation reports)."""
+        (``T == 0`` scores at ``T = 1``, as greedy generation reports);
+        ``images[i]`` are sequence ``i``'s images."""
+        if not self.vision:
+            reject_images(self, images)
         scale = temperature or 1.0
+        images = list(images) if images is not None else [()] * len(sequences)
         results: list[list[float]] = []
         with self._model_lock, torch.inference_mode():
             for start in range(0, len(sequences), self.max_batch_size):
-                chunk = [list(s) for s in sequences[start : start + self.max_batch_size]]
-                results.extend(self._score_chunk(chunk, scale))
+                end = start + self.max_batch_size
+                chunk = [list(s) for s in sequences[start:end]]
+                pictures = [image for row in images[start:end] for image in row]
+                results.extend(self._score_chunk(chunk, scale, pictures))
         return results
 
-    def _score_chunk(self, sequences: list[list[int]], scale: float) -> list[list[float]]:
+    def _score_chunk(
+        self, sequences: list[list[int]], scale: float, images: list[Any]
+    ) -> list[list[float]]:
         # Right padding: under a causal mask, pads after a sequence change nothing in it.
         width = max(len(s) for s in sequences)
         pad, device = self.tokenizer.pad_token_id, self.device
@@ -394,8 +456,14 @@ class HFEngine(RolloutEngine):
         for i, seq in enumerate(sequences):
             ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long, device=device)
             mask[i, : len(seq)] = 1
-        logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
-        logprobs = torch.log_softmax(logits[:, :-1] / scale, dim=-1)
+        extra: dict[str, torch.Tensor] = {}
+        if self.vision:
+            extra = self._images(images, device) if images else {}
+            extra["position_ids"] = rope_positions(
+                self.model.model, ids, mask, extra.get("image_grid_thw")
+            )
+        logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False, **extra).logits
+        logprobs = torch.log_softmax(ban_tokens(logits[:, :-1].float() / scale, self._banned), -1)
         chosen = logprobs.gather(2, ids[:, 1:, None])[..., 0]
         return [chosen[i, : len(seq) - 1].tolist() for i, seq in enumerate(sequences)]
 

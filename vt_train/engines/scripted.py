@@ -78,14 +78,18 @@ class ScriptedEngine(RolloutEngine):
         self.delay_per_token_s = delay_per_token_s
         self.weights_version = 0
         self.prompts: list[list[int]] = []  # every prompt seen, for assertions in tests
+        self.images: list[tuple[Any, ...]] = []  # the images given with each prompt
         self.last_state_dict: Mapping[str, Any] | None = None
         self._closed = False
 
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, images: Sequence[Any] = ()
+    ) -> Generation:
         if self._closed:
             raise EngineClosedError("ScriptedEngine.generate called after aclose()")
         prompt = [int(t) for t in prompt_ids]
         self.prompts.append(prompt)
+        self.images.append(tuple(images))
         token_ids, reason = self._cut([int(t) for t in self._respond(prompt)], params)
         if self.delay_per_token_s:
             await asyncio.sleep(self.delay_per_token_s * len(token_ids))
@@ -115,7 +119,11 @@ class ScriptedEngine(RolloutEngine):
         self.weights_version += 1
 
     def score(
-        self, sequences: Sequence[Sequence[int]], temperature: float = 1.0
+        self,
+        sequences: Sequence[Sequence[int]],
+        temperature: float = 1.0,
+        *,
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[list[float]]:
         return [[self.logprob] * max(len(s) - 1, 0) for s in sequences]
 

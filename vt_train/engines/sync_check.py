@@ -16,6 +16,7 @@ any real update.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from vt_envs.errors import InvalidConfigError, VTError
 
@@ -23,7 +24,7 @@ from .base import RolloutEngine
 
 __all__ = ["WeightSyncError", "assert_in_sync", "logprob_agreement"]
 
-ReferenceFn = Callable[[Sequence[Sequence[int]], float], Sequence[Sequence[float]]]
+ReferenceFn = Callable[..., Sequence[Sequence[float]]]
 
 
 class WeightSyncError(VTError, RuntimeError):
@@ -36,6 +37,8 @@ def logprob_agreement(
     reference_logprob_fn: ReferenceFn,
     probe_sequences: Sequence[Sequence[int]],
     temperature: float = 1.0,
+    *,
+    probe_images: Sequence[Sequence[Any]] | None = None,
 ) -> dict[str, float]:
     """Compare the engine's and the reference's ``log p(token_t | tokens_<t)``.
 
@@ -46,6 +49,9 @@ def logprob_agreement(
             :meth:`RolloutEngine.score`).
         probe_sequences: token id sequences of length >= 2.
         temperature: the sampling temperature both sides scale logits by.
+        probe_images: each probe's images (a vision-language policy), given to
+            both sides: ``engine.score(..., images=)`` and the reference's
+            third argument.
 
     Returns:
         ``{"max_abs_diff", "mean_abs_diff", "num_tokens"}`` over all scored tokens.
@@ -55,8 +61,12 @@ def logprob_agreement(
             "logprob_agreement needs at least one probe sequence, each of length >= 2; got "
             f"lengths {[len(s) for s in probe_sequences]}"
         )
-    ours = engine.score(probe_sequences, temperature)
-    theirs = reference_logprob_fn(probe_sequences, temperature)
+    if probe_images is None:
+        ours = engine.score(probe_sequences, temperature)
+        theirs = reference_logprob_fn(probe_sequences, temperature)
+    else:
+        ours = engine.score(probe_sequences, temperature, images=probe_images)
+        theirs = reference_logprob_fn(probe_sequences, temperature, probe_images)
     diffs: list[float] = []
     for i, (seq, a, b) in enumerate(zip(probe_sequences, ours, theirs, strict=True)):
         a, b = [float(x) for x in a], [float(x) for x in b]
@@ -65,7 +75,8 @@ def logprob_agreement(
                 f"probe {i} has {len(seq)} tokens, so {len(seq) - 1} logprobs were expected; the "
                 f"engine returned {len(a)} and the reference {len(b)}"
             )
-        diffs.extend(abs(x - y) for x, y in zip(a, b))
+        # Equal infinities (a vision token in a probe, impossible on both sides) agree.
+        diffs.extend(0.0 if x == y else abs(x - y) for x, y in zip(a, b))
     return {
         "max_abs_diff": max(diffs),
         "mean_abs_diff": sum(diffs) / len(diffs),
@@ -81,12 +92,15 @@ def assert_in_sync(
     *,
     tol: float = 1e-3,
     mean_tol: float | None = None,
+    probe_images: Sequence[Sequence[Any]] | None = None,
 ) -> dict[str, float]:
     """:func:`logprob_agreement`, raising :class:`WeightSyncError` if
     ``max_abs_diff > tol`` (or, when ``mean_tol`` is given, if
     ``mean_abs_diff > mean_tol`` — then ``tol`` is not used). Returns the
     agreement metrics when in sync."""
-    metrics = logprob_agreement(engine, reference_logprob_fn, probe_sequences, temperature)
+    metrics = logprob_agreement(
+        engine, reference_logprob_fn, probe_sequences, temperature, probe_images=probe_images
+    )
     if mean_tol is not None:
         failed, what, limit = metrics["mean_abs_diff"] > mean_tol, "mean", mean_tol
     else:

@@ -27,6 +27,12 @@ How it maps the protocol:
   (``init_weight_transfer_engine`` / ``update_weights``), not used here.
 - **Scoring.** :meth:`score` uses ``prompt_logprobs``, which vLLM computes
   from unscaled logits: only ``temperature`` 1 (or 0) can be scored.
+- **Images.** A vision-language model's requests carry their images as
+  ``multi_modal_data={"image": [arrays]}`` next to the token-id prompt: the
+  arrays themselves, never base64, and the prompt's image-pad ids are
+  already the processor's expansion, which vLLM keeps as they are. The
+  vision token ids get a logit bias of -100 (vLLM's floor), so they are
+  never sampled; the trainer gives them probability 0.
 - **CPU builds.** vLLM rewinds a seeded request's generator when it drops
   the token sampled for a half-prefilled (chunked) prompt, which a CPU
   generator cannot do: the engine process dies ("CPU Generator does not use
@@ -45,12 +51,20 @@ import tempfile
 import threading
 from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, TypeVar
 
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
 from vt_envs.errors import InvalidConfigError, VTError
 
-from .base import EngineClosedError, FinishReason, Generation, RolloutEngine, SamplingParams
+from .base import (
+    EngineClosedError,
+    FinishReason,
+    Generation,
+    RolloutEngine,
+    SamplingParams,
+    reject_images,
+)
 
 __all__ = ["VLLMEngine", "VLLMUnavailableError"]
 
@@ -72,6 +86,21 @@ def _import_vllm() -> Any:
             "the 'hf' engine"
         ) from exc
     return vllm
+
+
+def _vision_of(model_path: str) -> tuple[bool, tuple[int, ...]]:
+    """Whether the model directory holds a vision-language model, and its vision token ids
+    (read from ``config.json``: the ids only the env may place)."""
+    import json
+
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False, ()
+    if "vision_config" not in config:
+        return False, ()
+    names = ("vision_start_token_id", "image_token_id", "vision_end_token_id", "video_token_id")
+    return True, tuple(int(config[n]) for n in names if config.get(n) is not None)
 
 
 class VLLMEngine(RolloutEngine):
@@ -111,6 +140,7 @@ class VLLMEngine(RolloutEngine):
         self._vllm = vllm
         self.model_path = str(model_path)
         self.tokenizer: ChatTokenizer = load_tokenizer(tokenizer)
+        self.vision, self._banned = _vision_of(self.model_path)
         self.weights_version = 0
         self._ids = itertools.count()
         self._closed = False
@@ -159,15 +189,28 @@ class VLLMEngine(RolloutEngine):
 
     # -- protocol ---------------------------------------------------------------------
 
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+    async def generate(
+        self, prompt_ids: Sequence[int], params: SamplingParams, *, images: Sequence[Any] = ()
+    ) -> Generation:
         if len(prompt_ids) == 0:
             raise InvalidConfigError("VLLMEngine.generate needs a non-empty prompt")
+        if not self.vision:
+            reject_images(self, images)
         if params.max_new_tokens <= 0:  # vLLM rejects max_tokens=0
             return Generation([], [], "length")
-        future = self._run(self._generate([int(t) for t in prompt_ids], params))
+        future = self._run(self._generate([int(t) for t in prompt_ids], params, tuple(images)))
         return await asyncio.wrap_future(future)  # cancelling it aborts the vLLM request
 
-    async def _generate(self, prompt: list[int], params: SamplingParams) -> Generation:
+    def _prompt(self, prompt: list[int], images: Sequence[Any]) -> Any:
+        if not images:
+            return self._vllm.TokensPrompt(prompt_token_ids=prompt)
+        return self._vllm.TokensPrompt(
+            prompt_token_ids=prompt, multi_modal_data={"image": list(images)}
+        )
+
+    async def _generate(
+        self, prompt: list[int], params: SamplingParams, images: Sequence[Any] = ()
+    ) -> Generation:
         vllm = self._vllm
         from vllm.sampling_params import RequestOutputKind
 
@@ -183,12 +226,11 @@ class VLLMEngine(RolloutEngine):
             logprobs=0,  # the sampled token's logprob only
             seed=params.seed,
             output_kind=RequestOutputKind.FINAL_ONLY,
+            logit_bias={token: -100.0 for token in self._banned} or None,
         )
         final = None
         request_id = f"vt-{next(self._ids)}"
-        async for output in self._llm.generate(
-            vllm.TokensPrompt(prompt_token_ids=prompt), sampling, request_id
-        ):
+        async for output in self._llm.generate(self._prompt(prompt, images), sampling, request_id):
             final = output
         if final is None:
             raise RuntimeError(f"vLLM returned no output for request {request_id}")
@@ -215,20 +257,32 @@ class VLLMEngine(RolloutEngine):
         return "stop" if isinstance(completion.stop_reason, str) else "eos"
 
     def score(
-        self, sequences: Sequence[Sequence[int]], temperature: float = 1.0
+        self,
+        sequences: Sequence[Sequence[int]],
+        temperature: float = 1.0,
+        *,
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[list[float]]:
+        if not self.vision:
+            reject_images(self, images)
         if temperature not in (0, 1):
             raise InvalidConfigError(
                 f"VLLMEngine.score got temperature={temperature}; vLLM computes prompt logprobs "
                 "from unscaled logits, so only temperature 1 (or 0, scored at 1) is supported. "
                 "Run the sync check at temperature 1.0"
             )
-        return self._run(self._score([[int(t) for t in s] for s in sequences])).result()
+        pictures = list(images) if images is not None else [()] * len(sequences)
+        sequences = [[int(t) for t in s] for s in sequences]
+        return self._run(self._score(sequences, pictures)).result()
 
-    async def _score(self, sequences: list[list[int]]) -> list[list[float]]:
-        return list(await asyncio.gather(*[self._score_one(s) for s in sequences]))
+    async def _score(
+        self, sequences: list[list[int]], images: list[Sequence[Any]]
+    ) -> list[list[float]]:
+        return list(
+            await asyncio.gather(*[self._score_one(s, i) for s, i in zip(sequences, images)])
+        )
 
-    async def _score_one(self, sequence: list[int]) -> list[float]:
+    async def _score_one(self, sequence: list[int], images: Sequence[Any] = ()) -> list[float]:
         vllm = self._vllm
         from vllm.sampling_params import RequestOutputKind
 
@@ -242,7 +296,7 @@ class VLLMEngine(RolloutEngine):
         final = None
         request_id = f"vt-score-{next(self._ids)}"
         async for output in self._llm.generate(
-            vllm.TokensPrompt(prompt_token_ids=sequence), sampling, request_id
+            self._prompt(sequence, images), sampling, request_id
         ):
             final = output
         prompt_logprobs = final.prompt_logprobs  # [None, {token: Logprob}, ...]
