@@ -77,6 +77,26 @@ class ImageInputs:
         else:
             self.image_processor = getattr(processor, "image_processor", processor)
 
+    def tokens(self, image: np.ndarray) -> int:
+        """The image-pad ids ``image`` fills (its patches over the merge factor squared)."""
+        height, width = image.shape[:2]
+        patches = self.image_processor.get_number_of_image_patches(height, width, {})
+        return patches // self.image_processor.merge_size**2
+
+    def check_prompt(
+        self, prompt: Sequence[int], images: Sequence[np.ndarray], pad_id: int
+    ) -> None:
+        """Raise :class:`InvalidConfigError` unless ``prompt``'s image-pad ids are exactly
+        what ``images`` fill (a mismatch would fail deep in the model's forward)."""
+        have = sum(1 for token in prompt if token == pad_id)
+        want = sum(self.tokens(image) for image in images)
+        if have != want:
+            raise InvalidConfigError(
+                f"the prompt holds {have} image-pad ids but its {len(images)} image(s) fill "
+                f"{want}: give the images in order with ids from an env made with this "
+                "policy's processor (processor=DIR), and never sample image-pad ids"
+            )
+
     def __call__(
         self, images: Sequence[np.ndarray], device: torch.device | str = "cpu"
     ) -> dict[str, torch.Tensor]:

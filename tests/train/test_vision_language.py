@@ -147,7 +147,7 @@ def test_image_tokens_are_observation_ids_and_never_sampled(policy):
     assert int(is_image.sum()) > 100  # every prompt holds an image span
     assert float(batch.loss_mask[is_image].sum()) == 0.0  # none of them is in the loss
     with torch.no_grad():  # the trainer gives them probability 0, as the engine samples
-        ids = torch.tensor([trajectories[0].input_ids[:50] + [banned[0]]])  # a vision start
+        ids = torch.tensor([[*trajectories[0].input_ids[:50], banned[0]]])  # a vision start
         logprobs, _ = LogprobModel(model)(ids, torch.ones_like(ids))
     assert logprobs[0, -1] == float("-inf") and torch.isfinite(logprobs[0, 1:-1]).all()
 
@@ -215,3 +215,33 @@ def test_a_text_engine_refuses_images(policy):
     image = np.zeros((56, 56, 3), np.uint8)
     with pytest.raises(InvalidConfigError, match="text-only"):
         asyncio.run(engine.generate([1, 2, 3], SamplingParams(max_new_tokens=2), images=[image]))
+
+
+def test_a_request_whose_prefill_fails_raises_instead_of_hanging(policy):
+    from vt_envs.errors import InvalidConfigError
+
+    model, processor, tokenizer = policy
+    engine = HFEngine(model, tokenizer, processor=processor)
+    pad = model.config.image_token_id
+    image = np.zeros((56, 56, 3), np.uint8)  # 4 image tokens, but the prompt holds 3 pads
+    prompt = [
+        1,
+        model.config.vision_start_token_id,
+        pad,
+        pad,
+        pad,
+        model.config.vision_end_token_id,
+    ]
+
+    async def both():
+        bad = engine.generate(prompt, SamplingParams(max_new_tokens=2), images=[image])
+        good = engine.generate([1, 2, 3], SamplingParams(max_new_tokens=2))
+        return await asyncio.wait_for(asyncio.gather(bad, good, return_exceptions=True), 60)
+
+    bad, good = asyncio.run(both())
+    assert isinstance(bad, InvalidConfigError) and "holds 3 image-pad ids" in str(bad)
+    assert "fill 4" in str(bad) and len(good.token_ids) == 2
+    # A failure deep in the prefill (a broken processor) fails its request, not the engine.
+    engine._images.check_prompt = lambda *args: None
+    bad, good = asyncio.run(both())
+    assert isinstance(bad, RuntimeError) and len(good.token_ids) == 2

@@ -220,6 +220,8 @@ class HFEngine(RolloutEngine):
             raise InvalidConfigError("HFEngine.generate needs a non-empty prompt")
         if not self.vision:
             reject_images(self, images)
+        else:
+            self._images.check_prompt(prompt_ids, images, self.model.config.image_token_id)
         loop = asyncio.get_running_loop()
         request = _Request(
             [int(t) for t in prompt_ids], params, loop.create_future(), tuple(images)
@@ -254,7 +256,7 @@ class HFEngine(RolloutEngine):
                 live = len(batch.rows) if batch else 0
                 arrived = self._take_pending(self.max_batch_size - live)
                 if arrived:
-                    batch = self._admit(batch, arrived, loop)
+                    batch = self._admit_safely(batch, arrived, loop)
                 if batch is None or not batch.rows:
                     return
                 try:
@@ -263,6 +265,21 @@ class HFEngine(RolloutEngine):
                     for row in batch.rows:
                         _resolve(loop, row.request.future, exc)
                     batch = None
+
+    def _admit_safely(
+        self, batch: _Batch | None, requests: list[_Request], loop: asyncio.AbstractEventLoop
+    ) -> _Batch | None:
+        """:meth:`_admit`; if the group's prefill fails, each request is retried alone, so
+        only the one at fault fails (its caller gets the exception) and the batch goes on."""
+        try:
+            return self._admit(batch, requests, loop)
+        except Exception as exc:
+            if len(requests) == 1:
+                _resolve(loop, requests[0].future, exc)
+                return batch
+        for request in requests:
+            batch = self._admit_safely(batch, [request], loop)
+        return batch
 
     def _admit(
         self, batch: _Batch | None, requests: list[_Request], loop: asyncio.AbstractEventLoop
