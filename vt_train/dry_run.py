@@ -11,7 +11,9 @@ exercised), and swaps in
   embeddings and attention layout; the local ``config.json`` when the
   weights are on disk, else the known Qwen2.5 shape), written to disk and
   loaded from there as the recipe's model would be, with the model's own
-  tokenizer when it is on disk;
+  tokenizer when it is on disk; a vision-language recipe (Qwen2.5-VL) gets a
+  tiny model of that architecture with a small vision tower, and a processor
+  written next to it (the model's own when on disk);
 * the CPU, a short context and a handful of episodes.
 
 :func:`dry_run` then runs it through :meth:`Trainer.train` for one step:
@@ -79,6 +81,78 @@ def _scaled_batch(config: TrainConfig) -> dict[str, int]:
     )
 
 
+def _is_vision_language_recipe(path: str | None, on_disk: bool) -> bool:
+    if path is None:
+        return False
+    if on_disk:
+        return "vision_config" in json.loads((Path(path) / "config.json").read_text())
+    return "-vl-" in Path(path).name.lower()
+
+
+def _tiny_vl_policy_dir(config: TrainConfig, directory: Path, on_disk: bool) -> Path:
+    """A tiny Qwen2.5-VL (the recipe's own ``config.json`` shrunk, when on disk) and its
+    processor (the recipe model's, when on disk; else one written from VT's tokenizer)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from vt_envs.core.image_tokens import QWEN_VISION_TOKENS
+    from vt_envs.core.tokenizer import load_tokenizer
+    from vt_envs.core.vl_processor import VIDEO_PAD, write_qwen_vl_processor
+    from vt_train.model import save_pretrained_with_tokenizer
+    from vt_train.vl_model import copy_processor_files, is_processor_dir
+
+    path = Path(config.init_from or config.model.path)
+    fields = json.loads((path / "config.json").read_text()) if on_disk else {}
+    processor = directory / "processor"
+    if is_processor_dir(path):
+        processor.mkdir(parents=True, exist_ok=True)
+        copy_processor_files(path, processor)
+    else:
+        write_qwen_vl_processor(processor, max_pixels=64 * 28 * 28)
+    tokenizer = load_tokenizer(str(processor))
+    start, pad, end = (tokenizer.encode(t)[0] for t in QWEN_VISION_TOKENS)
+    text = {
+        **fields.get("text_config", {}),
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,  # head_dim 32: the smallest vLLM's CPU attention supports
+        "num_key_value_heads": 1,
+        "intermediate_size": 128,
+        "vocab_size": tokenizer.vocab_size,
+        "max_position_embeddings": _MAX_CONTEXT,
+        "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+        "tie_word_embeddings": fields.get("tie_word_embeddings", False),
+        "bos_token_id": tokenizer.eos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    text.pop("layer_types", None)
+    vision = {
+        **fields.get("vision_config", {}),
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "out_hidden_size": 64,
+        "fullatt_block_indexes": [1],
+    }
+    hf_config = AutoConfig.for_model(
+        fields.get("model_type", "qwen2_5_vl"),
+        text_config=text,
+        vision_config=vision,
+        image_token_id=pad,
+        video_token_id=tokenizer.encode(VIDEO_PAD)[0],
+        vision_start_token_id=start,
+        vision_end_token_id=end,
+        tie_word_embeddings=text["tie_word_embeddings"],
+    )
+    torch.manual_seed(config.seed)
+    model = AutoModelForImageTextToText.from_config(hf_config)
+    save_pretrained_with_tokenizer(model, str(processor), directory)
+    copy_processor_files(processor, directory)
+    return directory
+
+
 def _tiny_policy_dir(config: TrainConfig, directory: Path) -> Path:
     """Write a tiny model of the recipe's family (and its tokenizer) to ``directory``."""
     from vt_envs.core.tokenizer import load_tokenizer
@@ -86,6 +160,8 @@ def _tiny_policy_dir(config: TrainConfig, directory: Path) -> Path:
 
     path = config.init_from or config.model.path
     on_disk = path is not None and (Path(path) / "config.json").is_file()
+    if _is_vision_language_recipe(path, on_disk):
+        return _tiny_vl_policy_dir(config, directory, on_disk)
     tokenizer_source = config.model.tokenizer or (path if on_disk else None)
     tokenizer = load_tokenizer(tokenizer_source)
     shape = model_shape(config)
@@ -142,6 +218,10 @@ def dry_run_config(
     engine_kwargs: dict[str, Any] = {}
     if engine == "vllm":  # one CPU "device": no tensor parallelism, no GPU memory share
         engine_kwargs = {"max_model_len": max_context, "enforce_eager": True}
+        if "limit_mm_per_prompt" in config.rollout.engine_kwargs:
+            engine_kwargs["limit_mm_per_prompt"] = config.rollout.engine_kwargs[
+                "limit_mm_per_prompt"
+            ]
     env_kwargs = dict(config.env.kwargs)
     if "prestart" in env_kwargs:
         env_kwargs["prestart"] = min(env_kwargs["prestart"], 2)
@@ -149,7 +229,9 @@ def dry_run_config(
     return replace(
         copy.deepcopy(config),
         env=replace(config.env, kwargs=env_kwargs, eval_episodes=2),
-        model=replace(config.model, path=str(model_dir), tokenizer=None, tiny={}),
+        model=replace(
+            config.model, path=str(model_dir), tokenizer=None, tiny={}, vision=None, processor=None
+        ),
         init_from=None,
         rollout=replace(
             config.rollout,

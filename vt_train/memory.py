@@ -32,17 +32,19 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "KNOWN_SHAPES",
+    "QWEN25_VL_VISION",
     "MemoryEstimate",
     "ModelShape",
     "activation_bytes",
     "estimate_memory",
     "model_shape",
+    "vision_tower_params",
 ]
 
 GiB = 1024**3
@@ -65,10 +67,17 @@ class ModelShape:
     tie_word_embeddings: bool
     model_type: str = "qwen2"
     attention_bias: bool = True  # Qwen2 has q/k/v biases
+    vision_params: int = 0  # a vision-language model's vision tower and merger
 
     @classmethod
     def from_hf_config(cls, config: dict[str, Any], name: str = "") -> ModelShape:
-        """From a Hugging Face ``config.json`` dict."""
+        """From a Hugging Face ``config.json`` dict (a VL model's: its ``text_config``,
+        plus the vision tower counted from its ``vision_config``)."""
+        if "text_config" in config and "vision_config" in config:
+            text = {**config["text_config"], "model_type": config.get("model_type", "qwen2")}
+            text.setdefault("tie_word_embeddings", config.get("tie_word_embeddings", False))
+            shape = cls.from_hf_config(text, name or config.get("_name_or_path", ""))
+            return replace(shape, vision_params=vision_tower_params(config["vision_config"]))
         return cls(
             name=name or config.get("_name_or_path", "") or config.get("model_type", "model"),
             hidden_size=config["hidden_size"],
@@ -99,16 +108,49 @@ class ModelShape:
     @property
     def num_params(self) -> int:
         head = 0 if self.tie_word_embeddings else self.embedding_params
-        return self.embedding_params + self.num_layers * self.layer_params + self.hidden_size + head
+        decoder = self.embedding_params + self.num_layers * self.layer_params + self.hidden_size
+        return decoder + head + self.vision_params
 
     @property
     def critic_params(self) -> int:
         """The critic: the same backbone, a scalar value head instead of the LM head."""
-        return self.embedding_params + self.num_layers * self.layer_params + 2 * self.hidden_size
+        decoder = self.embedding_params + self.num_layers * self.layer_params
+        return decoder + 2 * self.hidden_size + self.vision_params
 
     def layer_activation_values(self) -> int:
         """Values per token one layer keeps for its backward (fused attention)."""
         return 5 * self.hidden_size + 3 * self.kv_size + 4 * self.intermediate_size
+
+
+def vision_tower_params(vision: dict[str, Any]) -> int:
+    """Parameters of a Qwen2-VL / Qwen2.5-VL vision tower from its ``vision_config``:
+    the patch embedding, ``depth`` blocks (attention with biases, an MLP — gated SwiGLU
+    when ``intermediate_size`` is given, else ``mlp_ratio`` wide — and two norms) and the
+    2x2 patch merger into the decoder's width."""
+    h = vision.get("hidden_size") if "out_hidden_size" in vision else vision.get("embed_dim")
+    h = int(h or vision.get("embed_dim", 1280))
+    out = int(vision.get("out_hidden_size", vision.get("hidden_size", h)))
+    patch = 3 * vision.get("temporal_patch_size", 2) * vision.get("patch_size", 14) ** 2 * h
+    if "intermediate_size" in vision:  # Qwen2.5-VL: gated MLP
+        mlp = 3 * h * int(vision["intermediate_size"])
+    else:
+        mlp = 2 * h * int(h * vision.get("mlp_ratio", 4))
+    block = 4 * h * h + 4 * h + mlp + 4 * h
+    merged = h * vision.get("spatial_merge_size", 2) ** 2
+    merger = merged * merged + merged + merged * out + out + 2 * h
+    return patch + int(vision.get("depth", 32)) * block + merger
+
+
+#: Qwen2.5-VL's vision tower (the same for 3B, 7B and 72B), for shapes known by name.
+QWEN25_VL_VISION = {
+    "depth": 32,
+    "hidden_size": 1280,
+    "intermediate_size": 3420,
+    "out_hidden_size": 3584,
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+}
 
 
 def _qwen25(
@@ -146,8 +188,13 @@ def model_shape(config: Any) -> ModelShape | None:
     config_json = Path(path) / "config.json"
     if config_json.is_file():
         return ModelShape.from_hf_config(json.loads(config_json.read_text()), Path(path).name)
-    match = re.search(r"qwen2\.5\D*?(\d+(?:\.\d+)?b)\b", Path(path).name, re.IGNORECASE)
-    return KNOWN_SHAPES.get(match.group(1).lower()) if match else None
+    name = Path(path).name
+    match = re.search(r"qwen2\.5\D*?(\d+(?:\.\d+)?b)\b", name, re.IGNORECASE)
+    shape = KNOWN_SHAPES.get(match.group(1).lower()) if match else None
+    if shape is not None and re.search(r"-vl-", name, re.IGNORECASE):  # Qwen2.5-VL-7B-...
+        vision = {**QWEN25_VL_VISION, "out_hidden_size": shape.hidden_size}
+        shape = replace(shape, name=f"{shape.name} VL", vision_params=vision_tower_params(vision))
+    return shape
 
 
 def activation_bytes(
