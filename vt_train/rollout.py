@@ -15,7 +15,8 @@ string, arrive with the observation and are masked out).
 
 Images (envs with ``obs["images"]``): each observation's images are appended
 to the trajectory's image list with its ids (image-pad ids are observation
-ids, mask 0), held by reference, and the engine gets the list so far with
+ids, mask 0), held by reference, with each image's span in the ids
+(``Trajectory.image_spans``), and the engine gets the list so far with
 every request, in the order the images' tokens appear. Equal images seen by
 several trajectories of one collection (a GRPO group's task image) are kept
 once (:class:`~vt_train.vision.ImageInterner`).
@@ -106,6 +107,7 @@ class _Rollout:
     finish_reasons: list[str] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     images: list[Any] = field(default_factory=list)  # by reference, in token order
+    image_spans: list[tuple[int, int]] = field(default_factory=list)
     tool_latency_s: float = 0.0
     generate_s: float = 0.0
     step_s: float = 0.0
@@ -137,6 +139,7 @@ class _Rollout:
             finish_reasons=self.finish_reasons,
             actions=self.actions,
             images=self.images,
+            image_spans=self.image_spans,
             metadata={
                 "rollout_index": self.index,
                 "sample": self.sample,
@@ -162,8 +165,7 @@ async def _start(setup: _Setup, r: _Rollout, env_index: int) -> None:
     obs, info = await setup.venv.areset_at(env_index, seed=seed, options=options)
     r.task_id = str(info["task_id"])
     r.env_index = env_index
-    r.append(obs["tokens"], generated=False)
-    r.images.extend(setup.images.intern(image) for image in obs.get("images", ()))
+    _append_observation(setup, r, env_index, obs)
     r.prompt_length = len(r.input_ids)
     r.info = info
 
@@ -237,8 +239,25 @@ async def _step(setup: _Setup, r: _Rollout, env_index: int, generation: Generati
     if setup.max_context is not None and len(r.input_ids) + len(obs["tokens"]) >= setup.max_context:
         await _end_at_context_limit(setup, r, env_index)
         return
+    _append_observation(setup, r, env_index, obs)
+
+
+def _append_observation(setup: _Setup, r: _Rollout, env_index: int, obs: dict) -> None:
+    """Append an observation's ids (mask 0) and its images with their token spans."""
+    offset = len(r.input_ids)
     r.append(obs["tokens"], generated=False)
-    r.images.extend(setup.images.intern(image) for image in obs.get("images", ()))
+    images = obs.get("images", ())
+    if not images:
+        return
+    encoding = setup.venv.envs[env_index].unwrapped.image_tokens
+    spans = encoding.spans(obs["tokens"].tolist())
+    if len(spans) != len(images):
+        raise ValueError(
+            f"sub-env {env_index}'s observation holds {len(images)} images but "
+            f"{len(spans)} image spans in its ids; the env's image tokens are inconsistent"
+        )
+    r.images.extend(setup.images.intern(image) for image in images)
+    r.image_spans.extend((offset + start, offset + end) for start, end in spans)
 
 
 def _derive_seed(seed: int, index: int, turn: int) -> int:

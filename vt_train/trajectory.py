@@ -37,6 +37,8 @@ class Trajectory:
         images: the images the policy saw, in the order their tokens appear in
             ``input_ids`` (read-only ``HxWx3 uint8`` arrays, held by reference:
             the env's own, never copied).
+        image_spans: ``(start, end)`` of each image's ids in ``input_ids``
+            (``input_ids[start:end]``: ``<image>``, or vision start, pads, end).
     """
 
     task_id: str
@@ -57,6 +59,7 @@ class Trajectory:
     actions: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     images: list[Any] = field(default_factory=list)
+    image_spans: list[tuple[int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
@@ -64,6 +67,11 @@ class Trajectory:
             raise ValueError(
                 f"trajectory {self.task_id}: input_ids ({n}), loss_mask ({len(self.loss_mask)}) "
                 f"and rollout_logprobs ({len(self.rollout_logprobs)}) must have equal lengths"
+            )
+        if self.image_spans and len(self.image_spans) != len(self.images):
+            raise ValueError(
+                f"trajectory {self.task_id}: {len(self.images)} images but "
+                f"{len(self.image_spans)} image spans; they must pair up"
             )
 
     @property

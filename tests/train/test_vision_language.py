@@ -109,6 +109,15 @@ def test_rollout_and_trainer_logprobs_agree_on_multimodal_batches(policy):
     zoomed = _collect(ZoomFirst(engine, tokenizer), venv, tasks[3:], sampling=sampling, seed=4)
     assert {len(t.images) for t in plain} == {1, 2, 3}
     assert all(len(t.images) == 2 and t.turns == 2 for t in zoomed)
+    inputs = ImageInputs(processor)
+    for t in plain + zoomed:  # each image's span: vision start, its pads, vision end
+        assert len(t.image_spans) == len(t.images)
+        for (start, end), image in zip(t.image_spans, t.images):
+            span = t.input_ids[start:end]
+            assert span[0] == model.config.vision_start_token_id
+            assert span[-1] == model.config.vision_end_token_id
+            assert span[1:-1] == [model.config.image_token_id] * inputs.tokens(image)
+            assert not any(t.loss_mask[start:end])
     for trajectories, skip_first_turn in ((plain, False), (zoomed, True)):
         batch, logprobs = _trainer_logprobs(model, processor, trajectories, tokenizer.pad_token_id)
         mask = batch.loss_mask.bool()
@@ -169,6 +178,9 @@ def test_a_64_trajectory_batch_holds_each_image_once():
     trajectories = _collect(engine, venv, tasks, n_samples=8, seed=0)
     venv.close()
     assert len(trajectories) == 64 and all(len(t.images) == 3 for t in trajectories)
+    image_id = tokenizer.encode("<image>")[0]
+    for t in trajectories:
+        assert [t.input_ids[a:b] for a, b in t.image_spans] == [[image_id]] * 3
     batch = TrainBatch.from_trajectories(trajectories, pad_token_id=tokenizer.pad_token_id)
     views = [batch, *batch.minibatches(16, shuffle=True), *batch.split(8)]
     held = {id(image): image for view in views for image in view.row_images()}

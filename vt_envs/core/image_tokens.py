@@ -29,7 +29,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,6 +159,10 @@ class ImageTokens(abc.ABC):
         """``text`` (a decode) with each expanded image put back to :attr:`placeholder`."""
         return text
 
+    @abc.abstractmethod
+    def spans(self, ids: Sequence[int]) -> list[tuple[int, int]]:
+        """``(start, end)`` of each image's ids in ``ids`` (``ids[start:end]``), in order."""
+
 
 class PlaceholderImageTokens(ImageTokens):
     """One ``<image>`` id per image (the shipped tokenizer's special token)."""
@@ -172,6 +176,9 @@ class PlaceholderImageTokens(ImageTokens):
 
     def count(self, image: np.ndarray) -> int:
         return 1
+
+    def spans(self, ids: Sequence[int]) -> list[tuple[int, int]]:
+        return [(i, i + 1) for i, token in enumerate(ids) if token == self.token_id]
 
 
 class QwenVLImageTokens(ImageTokens):
@@ -197,6 +204,16 @@ class QwenVLImageTokens(ImageTokens):
 
     def collapse(self, text: str) -> str:
         return self._expanded.sub(self.placeholder, text)
+
+    def spans(self, ids: Sequence[int]) -> list[tuple[int, int]]:
+        found, start = [], None
+        for i, token in enumerate(ids):
+            if token == self.start_id:
+                start = i
+            elif token == self.end_id and start is not None:
+                found.append((start, i + 1))
+                start = None
+        return found
 
 
 def _single_id(tokenizer: ChatTokenizer, token: str, *, fix: str) -> int:
