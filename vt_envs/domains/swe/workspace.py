@@ -1,0 +1,101 @@
+"""Per-episode working copies of a repository: made in milliseconds, gone at close.
+
+A :class:`Workspace` is a fresh copy of a cached base tree in a private
+host directory (``0700``, under the system temp dir, which every sandbox
+masks), bound read-write into the episode's sandbox at ``/tmp/repo``. The
+copy is made with ``cp -a --reflink=auto`` (a copy-on-write clone where the
+filesystem supports it, a plain copy elsewhere) — never hard links, which
+would let an in-place write by the agent change the cached base. Files are
+made writable for the sandbox's uid, which differs from the host's when VT
+runs as root.
+
+The base is never executed or parsed by the host with tools the agent can
+steer (no host-side ``git`` on the copy: its ``.git/config`` is the
+agent's to rewrite); the agent's change is read back through
+:class:`~vt_envs.domains.swe.files.SafeRoot`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import weakref
+from pathlib import Path
+
+from vt_envs.domains.swe.files import DIR_MODE, FILE_MODE, SafeRoot
+from vt_envs.errors import InvalidConfigError
+
+__all__ = ["SHOWN_AS", "Workspace"]
+
+#: Where the agent sees its working copy.
+SHOWN_AS = "/tmp/repo"
+
+
+class Workspace:
+    """One episode's working copy of ``base`` (see the module docstring).
+
+    Attributes:
+        path: the copy on the host (``<private dir>/repo``).
+        files: its :class:`SafeRoot` (paths as the agent writes them).
+        created_s: how long making the copy took.
+    """
+
+    def __init__(self, base: str | os.PathLike[str]):
+        base = Path(base)
+        if not base.is_dir():
+            raise InvalidConfigError(f"the repository base {str(base)!r} is not a directory")
+        start = time.perf_counter()
+        self._dir = tempfile.mkdtemp(prefix="vt-swe-")  # 0700: no other host user gets in
+        self.path = Path(self._dir) / "repo"
+        try:
+            _copy_tree(base, self.path)
+            _make_writable(self.path)
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        self.created_s = time.perf_counter() - start
+        self.files = SafeRoot(self.path, shown_as=SHOWN_AS)
+        # Removed at close, and also if the env is dropped or crashes without closing.
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Delete the copy (idempotent)."""
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"<Workspace {self.path} closed={self.closed}>"
+
+
+def _copy_tree(base: Path, target: Path) -> None:
+    cp = shutil.which("cp")
+    if cp is not None:
+        done = subprocess.run(
+            [cp, "-a", "--reflink=auto", "--no-preserve=ownership", str(base), str(target)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if done.returncode == 0:
+            return
+        shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(base, target, symlinks=True)
+
+
+def _make_writable(root: Path) -> None:
+    """Directories ``0777`` and regular files ``0666`` (executables ``0777``): the sandbox's
+    uid must write them; no other host user can reach them through the private parent."""
+    for directory, _, files in os.walk(root):
+        os.chmod(directory, DIR_MODE)
+        for name in files:
+            path = os.path.join(directory, name)
+            if os.path.islink(path):
+                continue
+            executable = os.stat(path).st_mode & 0o111
+            os.chmod(path, DIR_MODE if executable else FILE_MODE)
