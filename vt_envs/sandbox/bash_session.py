@@ -19,8 +19,11 @@ agent that the cwd and variables are back to their defaults.
 from __future__ import annotations
 
 import secrets
+import shlex
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from vt_envs.sandbox.process import Captured, SandboxProcess
 from vt_envs.sandbox.session import SandboxSession, SessionClosed
@@ -84,13 +87,29 @@ class BashSession(SandboxSession):
     ``$RANDOM`` is seeded with the episode's seed at start.
     """
 
+    def __init__(
+        self,
+        isolation: Any,
+        *,
+        files: dict[str, str | bytes] | None = None,
+        seed: int = 0,
+        rw_binds: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ):
+        super().__init__(isolation, files=files, seed=seed)
+        self.rw_binds, self.cwd = dict(rw_binds or {}), cwd
+
     async def start(self) -> None:
-        """Start the shell's sandbox. Raises ``SandboxUnavailableError``."""
-        self._proc = await SandboxProcess.start(self.isolation, mode="bash", files=self.files)
+        """Start the shell's sandbox (``rw_binds``: sandbox path -> host directory, bound
+        read-write; ``cwd``: where the shell starts). Raises ``SandboxUnavailableError``."""
+        self._proc = await SandboxProcess.start(
+            self.isolation, mode="bash", files=self.files, rw_binds=self.rw_binds
+        )
         # Per-call `kill -9 -1` must not hit the shell's own prompt machinery; and
         # a quiet, predictable shell: no history, no job-control messages.
+        cd = f"cd {shlex.quote(self.cwd)}; " if self.cwd else ""
         await self._proc.send_text(
-            f"set +m +o history 2>/dev/null; PS1=''; PS2=''; RANDOM={self.seed % 32768}\n"
+            f"{cd}set +m +o history 2>/dev/null; PS1=''; PS2=''; RANDOM={self.seed % 32768}\n"
         )
 
     async def run(self, command: str, timeout_s: float) -> BashOutcome:

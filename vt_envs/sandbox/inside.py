@@ -95,7 +95,7 @@ def _mount_tmpfs(target, size_bytes):
     _check(ret, f"mount tmpfs on {target}")
 
 
-def _bind_readonly(source, target):
+def _bind(source, target, writable=False):
     MS_BIND, MS_REMOUNT, MS_RDONLY, MS_REC = 0x1000, 0x20, 0x1, 0x4000
     if os.path.isdir(source):
         os.makedirs(target, exist_ok=True)
@@ -103,8 +103,9 @@ def _bind_readonly(source, target):
         os.makedirs(os.path.dirname(target), exist_ok=True)
         open(target, "a").close()
     _check(_LIBC.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), "bind")
-    flags = MS_BIND | MS_REMOUNT | MS_RDONLY
-    _check(_LIBC.mount(None, target.encode(), None, flags, None), "remount read-only")
+    if not writable:
+        flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+        _check(_LIBC.mount(None, target.encode(), None, flags, None), "remount read-only")
 
 
 def _enter_user_namespace(uid, gid):
@@ -154,7 +155,9 @@ def _setup():
     if setup.get("mount_tmp"):
         _mount_tmpfs("/tmp", setup["mount_tmp"])
     for host_path, target in setup.get("binds", ()):  # unshare backend (bwrap binds itself)
-        _bind_readonly(host_path, target)
+        _bind(host_path, target)
+    for host_path, target in setup.get("rw_binds", ()):
+        _bind(host_path, target, writable=True)
     uid, gid = setup["uid"], setup["gid"]
     _write_files(setup["workdir"], setup.get("files", {}), uid, gid)
     if setup["drop_privileges"]:  # root on the host: become a fresh unprivileged uid

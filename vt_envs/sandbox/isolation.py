@@ -208,12 +208,16 @@ class Isolation:
         return env
 
     def command(
-        self, ctrl_fd: int, workdir: str, binds: Mapping[str, str] | None = None
+        self,
+        ctrl_fd: int,
+        workdir: str,
+        binds: Mapping[str, str] | None = None,
+        rw_binds: Mapping[str, str] | None = None,
     ) -> list[str]:
         """The argv that starts ``inside.py`` under this backend.
 
-        ``binds`` (sandbox path -> host path) are bound read-only by bwrap; the
-        other backends do it inside (see ``inside.py``).
+        ``binds`` (sandbox path -> host path) are bound read-only by bwrap,
+        ``rw_binds`` read-write; the other backends do it inside (see ``inside.py``).
         """
         inner = [
             self.policy.python,
@@ -272,6 +276,8 @@ class Isolation:
                 argv += [*_parent_dirs(path, _MASKED_ROOTS, made), "--ro-bind", path, path]
             for target, source in (binds or {}).items():
                 argv += [*_parent_dirs(target, ("/tmp",), made), "--ro-bind", source, target]
+            for target, source in (rw_binds or {}).items():
+                argv += [*_parent_dirs(target, ("/tmp",), made), "--bind", source, target]
             argv += ["--clearenv"]
             for key, value in self.env(workdir).items():
                 argv += ["--setenv", key, value]

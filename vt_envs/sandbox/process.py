@@ -241,13 +241,16 @@ class SandboxProcess:
         max_repr_chars: int = 10_000,
         service: Mapping[str, Any] | None = None,
         binds: Mapping[str, str] | None = None,
+        rw_binds: Mapping[str, str] | None = None,
         start_timeout_s: float = 10.0,
     ) -> SandboxProcess:
         """Start a sandbox and wait until the code inside is ready for requests.
 
         ``mode``: ``"python"``, ``"bash"`` or ``"service"`` (``service`` then
         names the module and its options, see ``inside.py``). ``binds`` maps
-        paths inside the sandbox (under ``/tmp``) to host paths, bound read-only.
+        paths inside the sandbox (under ``/tmp``) to host paths, bound read-only;
+        ``rw_binds`` likewise, bound read-write (an agent's working copy). The
+        isolation-less backend binds nothing.
 
         Raises :class:`SandboxUnavailableError` when it does not come up.
         """
@@ -264,6 +267,7 @@ class SandboxProcess:
         if mode == "service" and service and isolation.sandboxed:
             service, binds = _bind_service_code(service, binds or {})
         binds = _check_binds(binds or {})
+        rw_binds = _check_binds(rw_binds or {})
         cgroup_fds: list[int] = []
         ctrl_r = -1
         try:
@@ -271,7 +275,7 @@ class SandboxProcess:
             ctrl_r, ctrl_w = os.pipe()
             try:
                 self.proc = await asyncio.create_subprocess_exec(
-                    *isolation.command(ctrl_w, self.workdir, binds=binds),
+                    *isolation.command(ctrl_w, self.workdir, binds=binds, rw_binds=rw_binds),
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT if mode == "bash" else asyncio.subprocess.PIPE,
@@ -297,6 +301,9 @@ class SandboxProcess:
             "service": dict(service) if service else None,
             # bwrap binds them itself; the unshare backend's inside.py does it as root
             "binds": [[h, t] for t, h in binds.items()] if isolation.backend == "unshare" else [],
+            "rw_binds": (
+                [[h, t] for t, h in rw_binds.items()] if isolation.backend == "unshare" else []
+            ),
         }
         try:
             return await self._handshake(mode, files, extra, ctrl_r, cgroup_fds, start_timeout_s)
