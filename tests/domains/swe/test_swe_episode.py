@@ -1,0 +1,78 @@
+"""A whole VT-SWE episode on a hand-made task: the fix through the editor earns 1.0 (the
+hidden test run after submit), doing nothing earns 0, and the working copy is gone after."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from vt_envs.core.task import Task
+from vt_envs.domains.swe.env import make_swe_env, with_layout
+
+BUGGY = "def add(a, b):\n    return a - b\n\n\ndef double(x):\n    return 2 * x\n"
+HIDDEN = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+VISIBLE = "from calc import double\n\n\ndef test_double():\n    assert double(4) == 8\n"
+
+
+@pytest.fixture
+def task(tmp_path):
+    pristine = tmp_path / "pristine"
+    (pristine / "tests").mkdir(parents=True)
+    (pristine / "calc.py").write_text(BUGGY)
+    (pristine / "tests" / "test_hidden.py").write_text(HIDDEN)
+    (pristine / "tests" / "test_visible.py").write_text(VISIBLE)
+    repo = tmp_path / "repo"
+    shutil.copytree(pristine, repo)
+    (repo / "tests" / "test_hidden.py").unlink()
+    return with_layout(
+        Task(
+            "swe/demo/add",
+            "Issue: calc.add(2, 3) returns -1, but 5 is expected.",
+            None,
+            assets={
+                "repo": str(repo),
+                "pristine": str(pristine),
+                "fail_to_pass": ["tests/test_hidden.py::test_add"],
+                "pass_to_pass": ["tests/test_visible.py::test_double"],
+                "test_files": ["tests/test_hidden.py", "tests/test_visible.py"],
+            },
+        )
+    )
+
+
+def _call(name, **arguments):
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def test_the_fix_scores_one_and_doing_nothing_scores_zero(task):
+    env = make_swe_env(tasks=[task], max_turns=6)
+    obs, info = env.reset(options={"task": task})
+    assert "Issue: calc.add" in obs["text"] and "/tmp/repo/calc.py" in obs["text"]
+    assert "test_hidden.py" not in obs["text"]
+    workspace = env.tools["bash"].store.current(task)
+    steps = [
+        _call("editor", command="view", path="calc.py"),
+        _call("bash", command="python -m pytest -q tests 2>&1 | tail -1; ls tests"),
+        _call("editor", command="str_replace", path="calc.py", old_str="a - b", new_str="a + b"),
+        "<submit>add() subtracted instead of adding</submit>",
+    ]
+    seen = []
+    for action in steps[:-1]:
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert info["tool"]["ok"], obs["text"]
+        seen.append(obs["text"])
+    assert "     2\t    return a - b" in seen[0]
+    assert "1 passed" in seen[1] and "test_visible.py" in seen[1]
+    assert "test_hidden.py" not in seen[1]  # the hidden test is not in the agent's copy
+    _, reward, terminated, _, info = env.step(steps[-1])
+    assert terminated and reward == 1.0
+    assert info["verifier_parts"]["fail_to_pass_fixed"] == 1.0
+    assert info["verifier_parts"]["pass_to_pass_broken"] == 0.0
+    assert workspace.closed and not workspace.path.exists()
+
+    env.reset(options={"task": task})
+    _, reward, terminated, _, info = env.step("<submit>nothing to do</submit>")
+    assert terminated and reward == 0.0 and info["verifier_parts"]["fail_to_pass_fixed"] == 0.0
+    env.close()

@@ -1,0 +1,110 @@
+"""The VT-SWE-v0 episode: an issue, a working copy, ``bash`` + ``editor``, hidden tests.
+
+:func:`make_swe_env` assembles a :class:`~vt_envs.core.env.ToolEnv` from a
+task source whose tasks carry, in ``assets``: ``repo`` (the repository the
+agent's copy is made from — without the hidden tests), ``pristine`` (the
+repository with them), ``fail_to_pass`` / ``pass_to_pass`` (test ids) and
+``test_files``. The prompt is the task's issue text followed by the
+repository's layout. The agent ends the episode with ``<submit>…</submit>``
+(a one-line summary of its change), which runs the hidden tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from vt_envs.core.env import ToolEnv
+from vt_envs.core.task import Task, TaskList, TaskSource
+from vt_envs.domains.swe.files import SafeRoot
+from vt_envs.domains.swe.tools import SWEBashTool, SWEEditorTool, WorkspaceStore
+from vt_envs.domains.swe.verifier import HiddenTests
+from vt_envs.domains.swe.workspace import SHOWN_AS
+from vt_envs.sandbox.policy import SandboxPolicy
+from vt_envs.tools._sandboxed import resolve
+
+__all__ = ["INSTRUCTIONS", "make_swe_env", "with_layout"]
+
+INSTRUCTIONS = (
+    f"You are a software engineer fixing an issue in the Python repository at {SHOWN_AS}. "
+    "Explore the code, reproduce the problem (the visible tests can be run with `python -m "
+    "pytest`), make the smallest change that fixes it, and check that the tests still pass. "
+    "Hidden tests will check your change. When you are done, submit a one-line summary of "
+    "your change, for example <submit>fixed the off-by-one in parse()</submit>."
+)
+
+
+def with_layout(task: Task, *, max_entries: int = 200) -> Task:
+    """``task`` with the repository's layout (two levels deep) appended to its prompt."""
+    files = SafeRoot(task.assets["repo"], shown_as=SHOWN_AS)
+    entries = [e for e in files.walk(max_depth=2) if not e.path.split("/")[-1].startswith(".")]
+    lines = [files.shown(e.path) + ("/" if e.is_dir else "") for e in entries[:max_entries]]
+    if len(entries) > max_entries:
+        lines.append(f"... ({len(entries) - max_entries} more)")
+    layout = "\n".join(lines)
+    return Task(
+        task.id,
+        f"{task.prompt}\n\nRepository layout ({SHOWN_AS}):\n{layout}",
+        task.gold,
+        task.metadata,
+        task.assets,
+    )
+
+
+def _with_python_on_path(policy: SandboxPolicy) -> SandboxPolicy:
+    """``policy`` with its interpreter's directory first on ``PATH``: the agent's
+    ``python`` and ``python -m pytest`` are the interpreter the hidden tests run with."""
+    path = f"{os.path.dirname(policy.python)}:/usr/local/bin:/usr/bin:/bin"
+    return dataclasses.replace(policy, extra_env={"PATH": path, **policy.extra_env})
+
+
+def make_swe_env(
+    *,
+    tasks: TaskSource | list[Task],
+    max_turns: int = 50,
+    bash_timeout_s: float = 30.0,
+    eval_timeout_s: float = 120.0,
+    partial_credit: bool = False,
+    max_output_chars: int = 8000,
+    policy: SandboxPolicy | None = None,
+    max_episode_tokens: int = 32768,
+    max_observation_tokens: int = 2048,
+    **env_kwargs: Any,
+) -> ToolEnv:
+    """A VT-SWE-v0 env over ``tasks`` (see the module docstring).
+
+    Args:
+        max_turns: actions per episode.
+        bash_timeout_s: deadline of one bash call (the shell restarts after it).
+        eval_timeout_s: deadline of the hidden-test run after ``<submit>``.
+        partial_credit: reward the fraction of FAIL_TO_PASS tests fixed
+            (0 if a PASS_TO_PASS test broke) instead of all-or-nothing.
+        max_output_chars: bash output beyond this is cut to a head and a tail.
+        policy: the sandbox policy of bash and the evaluation.
+    """
+    source = tasks if isinstance(tasks, TaskSource) else TaskList(tasks, name="swe")
+    policy = _with_python_on_path(policy or SandboxPolicy())
+    store = WorkspaceStore()
+    isolation = resolve(policy, None)
+    return ToolEnv(
+        tools=[
+            SWEBashTool(
+                store, timeout_s=bash_timeout_s, policy=policy, max_output_chars=max_output_chars
+            ),
+            SWEEditorTool(store),
+        ],
+        tasks=source,
+        verifier=HiddenTests(
+            store, isolation, partial_credit=partial_credit, timeout_s=eval_timeout_s
+        ),
+        instructions=INSTRUCTIONS,
+        action_format="json",
+        answer_tags=("submit",),
+        max_turns=max_turns,
+        max_episode_tokens=max_episode_tokens,
+        max_observation_tokens=max_observation_tokens,
+        verify_timeout_s=eval_timeout_s + 30.0,
+        name="VT-SWE-v0",
+        **env_kwargs,
+    )

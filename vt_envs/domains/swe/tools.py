@@ -1,0 +1,106 @@
+"""The tools of VT-SWE-v0 over one shared working copy per episode: ``bash`` and ``editor``.
+
+:class:`WorkspaceStore` makes the episode's :class:`Workspace` when the
+first tool opens its session at reset (from ``task.assets["repo"]``), the
+other tools join it, and it is deleted when the episode's sessions close.
+``bash`` is the sandboxed persistent shell with the copy bound read-write at
+``/tmp/repo`` (its start directory) and nothing else writable; after a
+timeout the shell restarts and the copy is still there. The editor works on
+the same copy from the host side, symlink-proof.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vt_envs.domains.swe.editor import EditorTool
+from vt_envs.domains.swe.workspace import SHOWN_AS, Workspace
+from vt_envs.errors import InvalidConfigError
+from vt_envs.sandbox.bash_session import BashSession
+from vt_envs.tools.bash import BashTool
+
+__all__ = ["SWEBashTool", "SWEEditorTool", "WorkspaceStore"]
+
+
+class WorkspaceStore:
+    """The running episode's working copy, shared by the env's SWE tools and its verifier.
+
+    Args:
+        base_of: ``task -> repository directory`` the copy is made from
+            (default: ``task.assets["repo"]``).
+    """
+
+    def __init__(self, base_of: Callable[[Any], str | Path] | None = None):
+        self.base_of = base_of or _repo_of
+        self._current: Workspace | None = None
+        self._task: Any = None
+        self.creation_s: list[float] = []  # every copy's creation time, for benchmarks
+
+    def open(self, task: Any) -> Workspace:
+        """The episode's copy: made by the first tool to open, joined by the rest."""
+        if self._current is None or self._current.closed or self._task is not task:
+            self._current = Workspace(self.base_of(task))
+            self._task = task
+            self.creation_s.append(self._current.created_s)
+        return self._current
+
+    def current(self, task: Any) -> Workspace | None:
+        """The open copy of ``task``'s episode, if any (what the verifier grades)."""
+        if self._current is not None and not self._current.closed and self._task is task:
+            return self._current
+        return None
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._current.close()
+
+
+def _repo_of(task: Any) -> Path:
+    repo = (getattr(task, "assets", None) or {}).get("repo")
+    if repo is None:
+        raise InvalidConfigError(
+            f"task {getattr(task, 'id', task)!r} has no assets['repo'] (the repository "
+            "directory its working copy is made from)"
+        )
+    return Path(repo)
+
+
+class SWEBashTool(BashTool):
+    """``bash`` in the sandbox, started in the episode's working copy (bound read-write)."""
+
+    description = (
+        "Run bash commands in a sandboxed shell, started in the repository at /tmp/repo (the "
+        "only writable place besides /tmp). The working directory and variables persist "
+        "between calls; a command that outlives its deadline is stopped and the shell "
+        "restarted (the repository keeps your changes). No network access."
+    )
+
+    def __init__(self, store: WorkspaceStore, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.store = store
+
+    async def open_session(self, task: Any, *, seed: int = 0) -> BashSession:
+        workspace = self.store.open(task)
+        rw_binds = {SHOWN_AS: str(workspace.path)} if self.isolation.sandboxed else {}
+        cwd = SHOWN_AS if self.isolation.sandboxed else str(workspace.path)
+        session = BashSession(self.isolation, seed=seed, rw_binds=rw_binds, cwd=cwd)
+        await session.start()
+        return session
+
+    async def close_session(self, session: BashSession | None) -> None:
+        await super().close_session(session)
+        self.store.close()
+
+
+class SWEEditorTool(EditorTool):
+    """The editor on the episode's working copy (see :class:`EditorTool`)."""
+
+    def __init__(self, store: WorkspaceStore, **kwargs: Any):
+        super().__init__(lambda task: store.open(task).files, **kwargs)
+        self.store = store
+
+    async def close_session(self, session: Any) -> None:
+        await super().close_session(session)
+        self.store.close()
