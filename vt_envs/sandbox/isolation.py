@@ -50,6 +50,7 @@ __all__ = [
     "WeakerSandboxWarning",
     "describe",
     "find_bwrap",
+    "masked_in_sandbox",
     "resolve_isolation",
 ]
 
@@ -77,6 +78,13 @@ _INSTALL_HINT = (
     "unprivileged user namespaces enabled (sysctl kernel.unprivileged_userns_clone=1 / "
     "user.max_user_namespaces > 0)."
 )
+
+
+def masked_in_sandbox(path: str) -> bool:
+    """Whether the host ``path`` is hidden from sandboxed code (it lies under a root
+    every sandbox covers with an empty tmpfs: ``/root``, ``/home``, ``/tmp``)."""
+    path = os.path.realpath(path)
+    return any(path == root or path.startswith(root + "/") for root in _MASKED_ROOTS)
 
 
 def find_bwrap() -> str | None:

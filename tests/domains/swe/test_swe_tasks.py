@@ -1,0 +1,98 @@
+"""Mutant tasks of the fixture package through the VT-SWE episode: the oracle (view,
+revert with str_replace, run tests, submit) scores 1.0 on every built task, doing
+nothing 0, and the hidden tests stay out of the agent's reach."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import vt_envs
+from vt_envs.domains.swe.env import make_swe_env, with_layout
+from vt_envs.domains.swe.mutations import build_tasks
+from vt_envs.domains.swe.oracle import DoNothingPolicy, SWEOracle, revert_edit
+from vt_envs.domains.swe.tasks import materialize, swe_cache_dir
+from vt_envs.errors import InvalidConfigError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "minipkg"
+FAST = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("swe")
+    source = root / "minipkg"
+    shutil.copytree(FIXTURE, source)
+    mutants = build_tasks(
+        source,
+        source_paths=["minipkg/mathutil.py", "minipkg/text.py"],
+        test_paths=["tests/test_minipkg.py"],
+        seed=1,
+        max_tasks=3,
+        timeout_s=30,
+        env=FAST,
+    )
+    cache = root / "cache"
+    return [
+        with_layout(materialize(source, m, name="minipkg", split="test", cache=cache))
+        for m in mutants
+    ]
+
+
+def test_materialized_trees_keep_the_hidden_tests_apart(tasks):
+    for task in tasks:
+        repo, pristine = Path(task.assets["repo"]), Path(task.assets["pristine"])
+        hidden = task.assets["hidden_files"]
+        assert hidden and all((pristine / h).is_file() and not (repo / h).exists() for h in hidden)
+        path = task.assets["mutation"]["path"]
+        assert (repo / path).read_text() == (pristine / path).read_text()  # the bug, in both
+        assert (repo / path).read_text() != (Path(task.assets["source"]) / path).read_text()
+        assert "tests/test_minipkg.py" not in task.prompt.split("Repository layout")[1]
+
+
+def test_the_oracle_fixes_every_task_and_doing_nothing_does_not(tasks):
+    env = make_swe_env(tasks=tasks, max_turns=8)
+    for task in tasks:
+        fixed = vt_envs.run_episode(env, SWEOracle(), options={"task_id": task.id})
+        assert fixed.reward == 1.0 and fixed.terminated, (task.id, fixed.observations[-2:])
+        assert fixed.infos[-1]["verifier_parts"]["pass_to_pass_broken"] == 0.0
+        idle = vt_envs.run_episode(env, DoNothingPolicy(), options={"task_id": task.id})
+        assert idle.reward == 0.0
+    env.close()
+
+
+def test_the_agent_cannot_read_the_hidden_tests(tasks):
+    task = tasks[0]
+    env = make_swe_env(tasks=tasks, max_turns=4)
+    env.reset(options={"task_id": task.id})
+    pristine = task.assets["pristine"]
+    probe = f"cat {pristine}/tests/test_minipkg.py; ls {Path(pristine).parent}; ls /tmp/repo/tests"
+    call = json.dumps({"name": "bash", "arguments": {"command": probe}})
+    obs, *_ = env.step(f"<tool_call>{call}</tool_call>")
+    # The cache is masked in the sandbox; the working copy holds no hidden test module.
+    assert "def test_" not in obs["text"] and obs["text"].count("No such file") >= 2
+    for path in (f"{pristine}/tests/test_minipkg.py", "../pristine/tests/test_minipkg.py"):
+        view = json.dumps({"name": "editor", "arguments": {"command": "view", "path": path}})
+        obs, *_ = env.step(f"<tool_call>{view}</tool_call>")
+        assert "def test_" not in obs["text"]
+    env.close()
+
+
+def test_revert_edit_widens_to_a_unique_window():
+    original = "x = 1\ny = a - b\nz = a - b\n"
+    broken = "x = 1\ny = a - b\nz = a + b\n"
+    old, new = revert_edit(broken, original)
+    assert broken.count(old) == 1 and broken.replace(old, new) == original
+    removed = "def f(x):\n    y = x\n    return y\n"
+    assert revert_edit("def f(x):\n    return y\n", removed)[1].count("y = x") == 1
+
+
+def test_a_cache_the_sandbox_could_read_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("VT_CACHE_DIR", "/var/tmp/vt-visible-cache")
+    with pytest.raises(InvalidConfigError, match="readable from the agent's sandbox"):
+        swe_cache_dir()
+    monkeypatch.setenv("VT_CACHE_DIR", str(tmp_path))
+    assert swe_cache_dir() == (tmp_path / "swe").resolve()

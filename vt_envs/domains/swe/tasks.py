@@ -1,0 +1,112 @@
+"""Mutant tasks as VT-SWE-v0 tasks: the broken repository on disk, its hidden tests apart.
+
+:func:`materialize` writes, for one :class:`~vt_envs.domains.swe.mutations.MutantTask`
+of a repository, two trees under the task cache (once; later calls reuse them):
+
+- ``pristine/``: the repository with the mutant file — the bug — and every
+  test, which the evaluation restores test files from;
+- ``repo/``: the same without the hidden tests (every test module that holds
+  a FAIL_TO_PASS test), from which each episode's working copy is made.
+
+The cache must lie where no sandbox can read it: under a root every sandbox
+masks (``/root``, ``/home``, ``/tmp``; the default ``~/.cache/vt_envs``
+is). A cache elsewhere is refused, since the agent's bash could read the
+hidden tests from it. The task's ``assets["mutation"]`` (privileged, never
+shown to the agent) lets an oracle revert the bug.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from vt_envs.core.task import Task
+from vt_envs.domains.swe.mutations import MutantTask
+from vt_envs.errors import InvalidConfigError
+from vt_envs.sandbox.isolation import masked_in_sandbox
+
+__all__ = ["materialize", "swe_cache_dir"]
+
+_SKIP = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".venv")
+
+
+def swe_cache_dir() -> Path:
+    """``$VT_CACHE_DIR/swe`` (default ``~/.cache/vt_envs/swe``), refused unless sandboxes
+    mask it (see the module docstring)."""
+    root = Path(os.environ.get("VT_CACHE_DIR") or Path.home() / ".cache" / "vt_envs")
+    path = (root / "swe").resolve()
+    if not masked_in_sandbox(str(path)):
+        raise InvalidConfigError(
+            f"the SWE task cache {str(path)!r} would be readable from the agent's sandbox (it "
+            "holds the hidden tests); set VT_CACHE_DIR to a directory under your home or /tmp"
+        )
+    return path
+
+
+def _hidden_files(task: MutantTask) -> list[str]:
+    return sorted({test_id.split("::", 1)[0] for test_id in task.fail_to_pass})
+
+
+def materialize(
+    source: str | os.PathLike[str],
+    mutant: MutantTask,
+    *,
+    name: str,
+    split: str,
+    cache: str | os.PathLike[str] | None = None,
+) -> Task:
+    """The env task of ``mutant`` of the repository at ``source`` (see the module docstring).
+
+    ``name`` names the repository in task ids (``swe/<name>/<split>/<mutation id>``).
+    """
+    directory = Path(cache) if cache is not None else swe_cache_dir()
+    directory = directory / name / mutant.mutation.id
+    if not (directory / "repo").is_dir():
+        _write_trees(Path(source), mutant, directory)
+    mutation = mutant.mutation
+    return Task(
+        id=f"swe/{name}/{split}/{mutation.id}",
+        prompt=mutant.issue_text,
+        gold=None,
+        metadata={"repo": name, "kind": mutation.kind, "function": mutation.function},
+        assets={
+            "repo": str(directory / "repo"),
+            "pristine": str(directory / "pristine"),
+            "source": str(Path(source)),  # the unmutated repository (for oracles)
+            "fail_to_pass": list(mutant.fail_to_pass),
+            "pass_to_pass": list(mutant.pass_to_pass),
+            "test_files": sorted(
+                {t.split("::", 1)[0] for t in (*mutant.fail_to_pass, *mutant.pass_to_pass)}
+            ),
+            "hidden_files": _hidden_files(mutant),
+            "mutation": {
+                "path": mutation.path,
+                "lineno": mutation.lineno,
+                "original": mutation.original,
+                "mutated": mutation.mutated,
+            },
+        },
+    )
+
+
+def _write_trees(source: Path, mutant: MutantTask, directory: Path) -> None:
+    """Write ``pristine/`` and ``repo/`` into a temporary sibling, then rename it in place
+    (a crash leaves no half-written task; a concurrent writer's result is kept)."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=directory.parent))
+    try:
+        pristine, repo = staging / "pristine", staging / "repo"
+        shutil.copytree(source, pristine, ignore=_SKIP)
+        (pristine / mutant.mutation.path).write_text(mutant.mutation.mutant_source)
+        shutil.copytree(pristine, repo)
+        for rel in _hidden_files(mutant):
+            (repo / rel).unlink(missing_ok=True)
+        try:
+            staging.rename(directory)
+        except OSError:  # another process wrote it first
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
