@@ -92,6 +92,12 @@ register_env(
     description="visual QA on large scenes with small targets: crop/zoom tools, images by index",
 )
 register_env(
+    "VT-SWE-v0",
+    builder="vt_envs.domains.swe.env:make_swe_env",
+    oracle="vt_envs.domains.swe.oracle:SWEOracle",
+    description="fix a bug in a repository with bash and an editor; hidden tests are the reward",
+)
+register_env(
     "VT-SQL-v0",
     builder="vt_envs.domains.sql:make_sql_env",
     oracle="vt_envs.domains.sql:SQLOracle",

@@ -21,6 +21,7 @@ from vt_envs.domains.swe.files import SafeRoot
 from vt_envs.domains.swe.tools import SWEBashTool, SWEEditorTool, WorkspaceStore
 from vt_envs.domains.swe.verifier import HiddenTests
 from vt_envs.domains.swe.workspace import SHOWN_AS
+from vt_envs.registration import env_builder
 from vt_envs.sandbox.policy import SandboxPolicy
 from vt_envs.tools._sandboxed import resolve
 
@@ -59,9 +60,14 @@ def _with_python_on_path(policy: SandboxPolicy) -> SandboxPolicy:
     return dataclasses.replace(policy, extra_env={"PATH": path, **policy.extra_env})
 
 
+@env_builder
 def make_swe_env(
     *,
-    tasks: TaskSource | list[Task],
+    split: str = "train",
+    repo: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+    max_tasks: int | None = 60,
+    tasks: TaskSource | list[Task] | None = None,
     max_turns: int = 50,
     bash_timeout_s: float = 30.0,
     eval_timeout_s: float = 120.0,
@@ -72,9 +78,15 @@ def make_swe_env(
     max_observation_tokens: int = 2048,
     **env_kwargs: Any,
 ) -> ToolEnv:
-    """A VT-SWE-v0 env over ``tasks`` (see the module docstring).
+    """Build VT-SWE-v0 (see the module docstring).
 
     Args:
+        split: ``"train"`` or ``"test"`` (held-out mutated functions).
+        repo: the repository to make mutant tasks from (a directory with the
+            package and a ``tests`` directory; default: the built-in ``vtutils``);
+            built once and cached (:func:`~vt_envs.domains.swe.sources.repository_tasks`).
+        seed, max_tasks: which mutants are kept, and at most how many.
+        tasks: instead, a task source or list (SWE-bench-style tasks, hand-made ones).
         max_turns: actions per episode.
         bash_timeout_s: deadline of one bash call (the shell restarts after it).
         eval_timeout_s: deadline of the hidden-test run after ``<submit>``.
@@ -83,7 +95,12 @@ def make_swe_env(
         max_output_chars: bash output beyond this is cut to a head and a tail.
         policy: the sandbox policy of bash and the evaluation.
     """
-    source = tasks if isinstance(tasks, TaskSource) else TaskList(tasks, name="swe")
+    if tasks is None:
+        from vt_envs.domains.swe.sources import repository_tasks
+
+        source: TaskSource = repository_tasks(split, repo=repo, seed=seed, max_tasks=max_tasks)
+    else:
+        source = tasks if isinstance(tasks, TaskSource) else TaskList(tasks, name="swe")
     policy = _with_python_on_path(policy or SandboxPolicy())
     store = WorkspaceStore()
     isolation = resolve(policy, None)

@@ -1,0 +1,154 @@
+"""VT-SWE-v0's task sources: mutant tasks of a repository, built once and cached.
+
+:func:`repository_tasks` turns a repository (a directory with a package and
+its pytest tests) into a seeded task source: the mutants its tests catch
+(:func:`~vt_envs.domains.swe.mutations.build_tasks`), split by mutated
+function into train and a fixed held-out test split, each materialized in
+the task cache (:func:`~vt_envs.domains.swe.tasks.materialize`). The list of
+kept mutants is cached as JSON, keyed by a digest of the repository's files,
+the seed and :data:`GENERATOR_VERSION`, so later envs start in milliseconds.
+
+The default repository is ``vtutils``, shipped with VT (``vt_envs/assets/swe``):
+a small tested library of interval, text, statistics and container helpers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from vt_envs.core.task import TaskList
+from vt_envs.domains.swe.env import with_layout
+from vt_envs.domains.swe.mutations import MutantTask, Mutation, build_tasks, split_tasks
+from vt_envs.domains.swe.tasks import materialize, swe_cache_dir
+from vt_envs.errors import InvalidConfigError
+
+__all__ = ["BUILTIN_REPO", "GENERATOR_VERSION", "repository_tasks"]
+
+#: Bump when the mutation kinds, the validation rule or the task layout change.
+GENERATOR_VERSION = 1
+BUILTIN_REPO = Path(__file__).resolve().parents[2] / "assets" / "swe" / "vtutils"
+# The repositories' tests need no pytest plugin; not loading the host's is ~5x faster.
+_FAST = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+def _digest(repo: Path, files: Sequence[str]) -> str:
+    h = hashlib.sha256(f"v{GENERATOR_VERSION}".encode())
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0" + (repo / rel).read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _python_files(repo: Path, under: str) -> list[str]:
+    return sorted(
+        str(p.relative_to(repo))
+        for p in (repo / under).rglob("*.py")
+        if "__pycache__" not in p.parts
+    )
+
+
+def _to_json(task: MutantTask) -> dict:
+    return dataclasses.asdict(task)
+
+
+def _from_json(data: dict) -> MutantTask:
+    mutation = Mutation(**data["mutation"])
+    return MutantTask(
+        mutation=mutation,
+        fail_to_pass=tuple(data["fail_to_pass"]),
+        pass_to_pass=tuple(data["pass_to_pass"]),
+        test_files=tuple(data["test_files"]),
+        issue_text=data["issue_text"],
+    )
+
+
+def _built(repo: Path, name: str, sources: list[str], tests: list[str], seed: int,
+           max_tasks: int | None, cache: Path) -> list[MutantTask]:  # fmt: skip
+    key = _digest(repo, [*sources, *tests])
+    listing = cache / name / f"tasks-{key}-seed{seed}-max{max_tasks}.json"
+    if listing.is_file():
+        return [_from_json(t) for t in json.loads(listing.read_text())]
+    built = build_tasks(
+        repo,
+        source_paths=sources,
+        test_paths=tests,
+        seed=seed,
+        max_tasks=max_tasks,
+        timeout_s=60.0,
+        env=_FAST,
+    )
+    listing.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=listing.parent, prefix=".tasks-")
+    with os.fdopen(fd, "w") as f:
+        json.dump([_to_json(t) for t in built], f)
+    os.replace(temp, listing)
+    return built
+
+
+def repository_tasks(
+    split: str = "train",
+    *,
+    repo: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    source_dir: str | None = None,
+    test_dir: str = "tests",
+    seed: int = 0,
+    max_tasks: int | None = 60,
+    test_fraction: float = 0.2,
+    cache: str | os.PathLike[str] | None = None,
+) -> TaskList:
+    """The ``split`` of ``repo``'s mutant tasks (default: the built-in ``vtutils``).
+
+    Args:
+        repo: a directory holding a package (``source_dir``, default the
+            repository's name) and its tests (``test_dir``).
+        seed: orders the candidate mutants (and so which are kept).
+        max_tasks: at most this many mutants are validated into tasks.
+        test_fraction: the share of mutated functions held out.
+        cache: the task cache (default :func:`swe_cache_dir`).
+    """
+    if split not in ("train", "test"):
+        raise InvalidConfigError(f"split must be 'train' or 'test', got {split!r}")
+    root = Path(repo) if repo is not None else BUILTIN_REPO
+    name = name or root.name
+    package = source_dir or name
+    if not (root / package).is_dir() or not (root / test_dir).is_dir():
+        raise InvalidConfigError(
+            f"{str(root)!r} must hold the package directory {package!r} and the tests "
+            f"directory {test_dir!r}; set source_dir= / test_dir="
+        )
+    cache_root = Path(cache) if cache is not None else swe_cache_dir()
+    # Build from (and keep) a private copy: oracles read the unmutated files from it.
+    sources = [p for p in _python_files(root, package) if not p.endswith("__init__.py")]
+    tests = _python_files(root, test_dir)
+    key = _digest(root, [*sources, *tests])
+    snapshot = cache_root / name / f"source-{key}"
+    if not snapshot.is_dir():
+        staging = Path(tempfile.mkdtemp(prefix=".source-", dir=_ensure(cache_root / name)))
+        shutil.copytree(root, staging / "tree", ignore=shutil.ignore_patterns("__pycache__"))
+        try:
+            (staging / "tree").rename(snapshot)
+        except OSError:  # another process made it first
+            pass
+        shutil.rmtree(staging, ignore_errors=True)
+    built = _built(snapshot, name, sources, tests, seed, max_tasks, cache_root)
+    if not built:
+        raise InvalidConfigError(f"no mutant of {str(root)!r} is caught by its tests")
+    train, test = split_tasks(built, test_fraction=test_fraction, seed=seed)
+    chosen = train if split == "train" else test
+    tasks = [
+        with_layout(materialize(snapshot, t, name=name, split=split, cache=cache_root))
+        for t in chosen
+    ]
+    return TaskList(tasks, name=f"swe/{name}", split=split)
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
