@@ -42,6 +42,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "VT-Visual-v0 oracle steps/s, reset and zoom latency, with <image> ids and with a "
         "Qwen2-VL processor's expansion.",
     ),
+    "swe-speed": (
+        "vt_bench.swe_speed",
+        "VT-SWE-v0 task build, working-copy creation, reset, hidden-test evaluation and "
+        "oracle episodes/s.",
+    ),
     "trainer-speed": (
         "vt_bench.trainer_speed",
         "Trainer update tokens/s (GRPO, PPO) and HF-engine rollout tokens/s, tiny model, CPU.",

@@ -42,6 +42,7 @@ PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("search-speed", ("--sizes", "100000", "--repeats", "2")),
     ("visual-speed", ("--episodes", "16", "--repeats", "3")),
+    ("swe-speed", ("--episodes", "10")),
     ("rollout-speed", ("--trajectories", "64")),
     ("trainer-speed", ("--steps", "3")),
 )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import secrets
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,13 +95,15 @@ async def run_hidden_tests(
     test_files: Sequence[str],
     isolation: Isolation,
     timeout_s: float = 60.0,
+    test_env: Mapping[str, str] | None = None,
 ) -> TestOutcome:
     """Run ``test_ids`` (from ``test_files``) on a copy of ``agent_copy``.
 
     ``pristine``: the task's repository before the agent, hidden tests
     included: the source of the restored test and configuration files.
     The interpreter is the sandbox's (``isolation.policy.python``); pytest
-    must be importable by it.
+    must be importable by it. ``test_env``: variables for the run, the same
+    the task was validated with (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``...).
     """
     python = isolation.policy.python
     copy = Workspace(agent_copy.path)
@@ -110,8 +112,9 @@ async def run_hidden_tests(
         nonce = secrets.token_hex(8)
         report = f"/tmp/work/report-{nonce}.xml"
         ids = " ".join(_quote(t) for t in test_ids)
+        variables = " ".join(f"{k}={_quote(v)}" for k, v in (test_env or {}).items())
         command = (
-            f"cd {SHOWN_AS} && PYTHONDONTWRITEBYTECODE=1 {_quote(python)} -m pytest -q "
+            f"cd {SHOWN_AS} && {variables} PYTHONDONTWRITEBYTECODE=1 {_quote(python)} -m pytest -q "
             "-p no:cacheprovider "
             f"--junitxml={report} -o junit_family=xunit1 {ids} > /tmp/work/out-{nonce}.txt 2>&1; "
             f"tail -c 2000 /tmp/work/out-{nonce}.txt; echo '<<{nonce}>>'; cat {report}; "

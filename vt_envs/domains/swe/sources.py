@@ -143,7 +143,9 @@ def repository_tasks(
     train, test = split_tasks(built, test_fraction=test_fraction, seed=seed)
     chosen = train if split == "train" else test
     tasks = [
-        with_layout(materialize(snapshot, t, name=name, split=split, cache=cache_root))
+        with_layout(
+            materialize(snapshot, t, name=name, split=split, cache=cache_root, test_env=_FAST)
+        )
         for t in chosen
     ]
     return TaskList(tasks, name=f"swe/{name}", split=split)

@@ -56,10 +56,12 @@ def materialize(
     name: str,
     split: str,
     cache: str | os.PathLike[str] | None = None,
+    test_env: dict[str, str] | None = None,
 ) -> Task:
     """The env task of ``mutant`` of the repository at ``source`` (see the module docstring).
 
-    ``name`` names the repository in task ids (``swe/<name>/<split>/<mutation id>``).
+    ``name`` names the repository in task ids (``swe/<name>/<split>/<mutation id>``);
+    ``test_env``: the variables the mutant was validated with, which the evaluation uses.
     """
     directory = Path(cache) if cache is not None else swe_cache_dir()
     directory = directory / name / mutant.mutation.id
@@ -81,6 +83,7 @@ def materialize(
                 {t.split("::", 1)[0] for t in (*mutant.fail_to_pass, *mutant.pass_to_pass)}
             ),
             "hidden_files": _hidden_files(mutant),
+            "test_env": dict(test_env or {}),
             "mutation": {
                 "path": mutation.path,
                 "lineno": mutation.lineno,

@@ -56,6 +56,7 @@ class HiddenTests:
                 test_files=list(assets["test_files"]),
                 isolation=self.isolation,
                 timeout_s=self.timeout_s,
+                test_env=assets.get("test_env"),
             )
         except PathError as exc:  # the agent replaced a test directory with a symlink
             return Score(0.0, {"tampered": 1.0}, f"the tests could not be restored: {exc}")
