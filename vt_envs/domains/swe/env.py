@@ -65,6 +65,8 @@ def make_swe_env(
     *,
     split: str = "train",
     repo: str | os.PathLike[str] | None = None,
+    source_dir: str | None = None,
+    test_dir: str = "tests",
     seed: int = 0,
     max_tasks: int | None = 60,
     tasks: TaskSource | list[Task] | None = None,
@@ -85,6 +87,8 @@ def make_swe_env(
         repo: the repository to make mutant tasks from (a directory with the
             package and a ``tests`` directory; default: the built-in ``vtutils``);
             built once and cached (:func:`~vt_envs.domains.swe.sources.repository_tasks`).
+        source_dir, test_dir: the package and the tests directory inside ``repo``
+            (default: the repository's name, and ``tests``; toolz: ``toolz/tests``).
         seed, max_tasks: which mutants are kept, and at most how many.
         tasks: instead, a task source or list (SWE-bench-style tasks, hand-made ones).
         max_turns: actions per episode.
@@ -98,7 +102,14 @@ def make_swe_env(
     if tasks is None:
         from vt_envs.domains.swe.sources import repository_tasks
 
-        source: TaskSource = repository_tasks(split, repo=repo, seed=seed, max_tasks=max_tasks)
+        source: TaskSource = repository_tasks(
+            split,
+            repo=repo,
+            source_dir=source_dir,
+            test_dir=test_dir,
+            seed=seed,
+            max_tasks=max_tasks,
+        )
     else:
         source = tasks if isinstance(tasks, TaskSource) else TaskList(tasks, name="swe")
     policy = _with_python_on_path(policy or SandboxPolicy())

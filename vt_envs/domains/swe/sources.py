@@ -125,8 +125,13 @@ def repository_tasks(
         )
     cache_root = Path(cache) if cache is not None else swe_cache_dir()
     # Build from (and keep) a private copy: oracles read the unmutated files from it.
-    sources = [p for p in _python_files(root, package) if not p.endswith("__init__.py")]
     tests = _python_files(root, test_dir)
+    sources = [  # the package's modules, not its tests (which may live inside it)
+        p
+        for p in _python_files(root, package)
+        if not p.endswith("__init__.py") and p not in tests and "/tests/" not in f"/{p}"
+    ]
+    sources = [p for p in sources if p.rsplit("/", 1)[-1] not in ("_version.py", "conftest.py")]
     key = _digest(root, [*sources, *tests])
     snapshot = cache_root / name / f"source-{key}"
     if not snapshot.is_dir():
