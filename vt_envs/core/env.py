@@ -255,6 +255,9 @@ class ToolEnv(gym.Env[dict, str]):
         max_image_tokens: budget of image tokens per episode; a step whose
             images would pass it ends the episode, truncated with
             ``"max_image_tokens"``. ``None``: no budget beyond the tokens'.
+        grade_truncated: when a budget ends the episode before an answer, run the
+            verifier anyway (on the answer ``""``) instead of scoring 0: the
+            reward of an SWE agent that fixed the bug but did not submit.
         name: a short label for reprs and logs.
     """
 
@@ -288,6 +291,7 @@ class ToolEnv(gym.Env[dict, str]):
         task_images: Callable[[Task], Sequence[np.ndarray]] | None = None,
         processor: Any = None,
         max_image_tokens: int | None = None,
+        grade_truncated: bool = False,
         name: str = "ToolEnv",
     ):
         if task_images is not None:  # image envs can also render their latest image
@@ -352,6 +356,7 @@ class ToolEnv(gym.Env[dict, str]):
         self.tokenizer: ChatTokenizer = load_tokenizer(tokenizer)
         self.task_images = task_images
         self.max_image_tokens = max_image_tokens
+        self.grade_truncated = grade_truncated
         self.image_tokens: ImageTokens | None = (
             load_image_tokens(self.tokenizer, spec) if task_images is not None else None
         )
@@ -839,6 +844,9 @@ class ToolEnv(gym.Env[dict, str]):
         episode = self._episode
         assert episode is not None
         episode.done = True
+        if truncated and score is None and self.grade_truncated:
+            # Graded as it stands (an SWE agent's unsubmitted fix), before the sessions close.
+            score = await self._verify(episode.task, "")
         await self._live.aclose()
         parts = self._reward_parts(episode, score)
         reward = float(sum(parts.values()))

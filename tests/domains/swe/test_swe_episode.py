@@ -76,3 +76,20 @@ def test_the_fix_scores_one_and_doing_nothing_scores_zero(task):
     _, reward, terminated, _, info = env.step("<submit>nothing to do</submit>")
     assert terminated and reward == 0.0 and info["verifier_parts"]["fail_to_pass_fixed"] == 0.0
     env.close()
+
+
+def test_a_fix_left_unsubmitted_is_graded_at_truncation(task):
+    fix = _call("editor", command="str_replace", path="calc.py", old_str="a - b", new_str="a + b")
+    env = make_swe_env(tasks=[task], max_turns=2)
+    env.reset(options={"task": task})
+    env.step(fix)
+    _, reward, terminated, truncated, info = env.step(_call("editor", command="view", path="."))
+    assert truncated and not terminated and info["truncation"] == "max_turns"
+    assert reward == 1.0 and info["verifier_parts"]["fail_to_pass_fixed"] == 1.0
+    env.close()
+    ungraded = make_swe_env(tasks=[task], max_turns=2, grade_truncated=False)
+    ungraded.reset(options={"task": task})
+    ungraded.step(fix)
+    _, reward, _, truncated, info = ungraded.step(_call("editor", command="view", path="."))
+    assert truncated and reward == 0.0 and "verifier_parts" not in info
+    ungraded.close()

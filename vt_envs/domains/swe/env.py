@@ -74,6 +74,7 @@ def make_swe_env(
     bash_timeout_s: float = 30.0,
     eval_timeout_s: float = 120.0,
     partial_credit: bool = False,
+    grade_truncated: bool = True,
     max_output_chars: int = 8000,
     policy: SandboxPolicy | None = None,
     max_episode_tokens: int = 32768,
@@ -96,6 +97,8 @@ def make_swe_env(
         eval_timeout_s: deadline of the hidden-test run after ``<submit>``.
         partial_credit: reward the fraction of FAIL_TO_PASS tests fixed
             (0 if a PASS_TO_PASS test broke) instead of all-or-nothing.
+        grade_truncated: run the hidden tests also when a budget ends the
+            episode before ``<submit>`` (the working copy as it stands).
         max_output_chars: bash output beyond this is cut to a head and a tail.
         policy: the sandbox policy of bash and the evaluation.
     """
@@ -133,6 +136,7 @@ def make_swe_env(
         max_episode_tokens=max_episode_tokens,
         max_observation_tokens=max_observation_tokens,
         verify_timeout_s=eval_timeout_s + 30.0,
+        grade_truncated=grade_truncated,
         name="VT-SWE-v0",
         **env_kwargs,
     )
