@@ -96,3 +96,16 @@ def test_a_cache_the_sandbox_could_read_is_refused(monkeypatch, tmp_path):
         swe_cache_dir()
     monkeypatch.setenv("VT_CACHE_DIR", str(tmp_path))
     assert swe_cache_dir() == (tmp_path / "swe").resolve()
+
+
+def test_git_in_the_working_copy_shows_the_agents_change(tasks):
+    task = tasks[0]
+    env = make_swe_env(tasks=tasks, max_turns=4)
+    env.reset(options={"task_id": task.id})
+    path = task.assets["mutation"]["path"]
+    command = f"echo '# note' >> {path}; git status --short; git diff --stat; git log --oneline"
+    call = json.dumps({"name": "bash", "arguments": {"command": command}})
+    obs, _, _, _, info = env.step(f"<tool_call>{call}</tool_call>")
+    assert info["tool"]["ok"] and f" M {path}" in obs["text"]
+    assert "1 file changed, 1 insertion(+)" in obs["text"] and "base" in obs["text"]
+    env.close()

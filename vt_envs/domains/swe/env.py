@@ -54,10 +54,13 @@ def with_layout(task: Task, *, max_entries: int = 200) -> Task:
 
 
 def _with_python_on_path(policy: SandboxPolicy) -> SandboxPolicy:
-    """``policy`` with its interpreter's directory first on ``PATH``: the agent's
-    ``python`` and ``python -m pytest`` are the interpreter the hidden tests run with."""
+    """``policy`` with its interpreter's directory first on ``PATH`` (the agent's ``python``
+    and ``python -m pytest`` are the interpreter the hidden tests run with) and git told to
+    trust the working copy."""
     path = f"{os.path.dirname(policy.python)}:/usr/local/bin:/usr/bin:/bin"
-    return dataclasses.replace(policy, extra_env={"PATH": path, **policy.extra_env})
+    # The copy's files belong to the host's uid, not the sandbox's: tell git to trust it.
+    git = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+    return dataclasses.replace(policy, extra_env={"PATH": path, **git, **policy.extra_env})
 
 
 @env_builder

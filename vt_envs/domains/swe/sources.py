@@ -32,7 +32,7 @@ from vt_envs.errors import InvalidConfigError
 __all__ = ["BUILTIN_REPO", "GENERATOR_VERSION", "repository_tasks"]
 
 #: Bump when the mutation kinds, the validation rule or the task layout change.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 BUILTIN_REPO = Path(__file__).resolve().parents[2] / "assets" / "swe" / "vtutils"
 # The repositories' tests need no pytest plugin; not loading the host's is ~5x faster.
 _FAST = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}

@@ -6,7 +6,8 @@ of a repository, two trees under the task cache (once; later calls reuse them):
 - ``pristine/``: the repository with the mutant file — the bug — and every
   test, which the evaluation restores test files from;
 - ``repo/``: the same without the hidden tests (every test module that holds
-  a FAIL_TO_PASS test), from which each episode's working copy is made.
+  a FAIL_TO_PASS test), committed to a fresh git repository, from which each
+  episode's working copy is made (so ``git diff`` shows the agent's change).
 
 The cache must lie where no sandbox can read it: under a root every sandbox
 masks (``/root``, ``/home``, ``/tmp``; the default ``~/.cache/vt_envs``
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -29,6 +31,8 @@ from vt_envs.sandbox.isolation import masked_in_sandbox
 
 __all__ = ["materialize", "swe_cache_dir"]
 
+#: Bump when the trees' layout changes (the cache then writes new ones).
+LAYOUT_VERSION = 2
 _SKIP = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".venv")
 
 
@@ -64,7 +68,7 @@ def materialize(
     ``test_env``: the variables the mutant was validated with, which the evaluation uses.
     """
     directory = Path(cache) if cache is not None else swe_cache_dir()
-    directory = directory / name / mutant.mutation.id
+    directory = directory / name / f"{mutant.mutation.id}-v{LAYOUT_VERSION}"
     if not (directory / "repo").is_dir():
         _write_trees(Path(source), mutant, directory)
     mutation = mutant.mutation
@@ -94,6 +98,23 @@ def materialize(
     )
 
 
+def _git_init(repo: Path) -> None:
+    """Make ``repo`` a git repository with one commit of its files (our own, trusted
+    files: git never runs on the agent's copy outside the sandbox), so the agent's
+    ``git diff`` / ``git status`` show its change. Skipped where git is missing."""
+    git = shutil.which("git")
+    if git is None:
+        return
+    env = {
+        "GIT_AUTHOR_NAME": "vt", "GIT_AUTHOR_EMAIL": "vt@localhost",
+        "GIT_COMMITTER_NAME": "vt", "GIT_COMMITTER_EMAIL": "vt@localhost",
+        "GIT_AUTHOR_DATE": "2000-01-01T00:00:00", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00",
+        "HOME": str(repo), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }  # fmt: skip
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "base"]):
+        subprocess.run([git, *args], cwd=repo, env=env, check=True, capture_output=True)
+
+
 def _write_trees(source: Path, mutant: MutantTask, directory: Path) -> None:
     """Write ``pristine/`` and ``repo/`` into a temporary sibling, then rename it in place
     (a crash leaves no half-written task; a concurrent writer's result is kept)."""
@@ -106,6 +127,7 @@ def _write_trees(source: Path, mutant: MutantTask, directory: Path) -> None:
         shutil.copytree(pristine, repo)
         for rel in _hidden_files(mutant):
             (repo / rel).unlink(missing_ok=True)
+        _git_init(repo)
         try:
             staging.rename(directory)
         except OSError:  # another process wrote it first
