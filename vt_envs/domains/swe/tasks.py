@@ -29,7 +29,7 @@ from vt_envs.domains.swe.mutations import MutantTask
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.isolation import masked_in_sandbox
 
-__all__ = ["materialize", "swe_cache_dir"]
+__all__ = ["LAYOUT_VERSION", "git_init", "materialize", "swe_cache_dir"]
 
 #: Bump when the trees' layout changes (the cache then writes new ones).
 LAYOUT_VERSION = 2
@@ -98,7 +98,7 @@ def materialize(
     )
 
 
-def _git_init(repo: Path) -> None:
+def git_init(repo: Path) -> None:
     """Make ``repo`` a git repository with one commit of its files (our own, trusted
     files: git never runs on the agent's copy outside the sandbox), so the agent's
     ``git diff`` / ``git status`` show its change. Skipped where git is missing."""
@@ -127,7 +127,7 @@ def _write_trees(source: Path, mutant: MutantTask, directory: Path) -> None:
         shutil.copytree(pristine, repo)
         for rel in _hidden_files(mutant):
             (repo / rel).unlink(missing_ok=True)
-        _git_init(repo)
+        git_init(repo)
         try:
             staging.rename(directory)
         except OSError:  # another process wrote it first
