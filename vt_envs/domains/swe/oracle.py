@@ -46,20 +46,45 @@ def _call(name: str, **arguments: Any) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
+def plan_edits(repo: Path, source: Path, files: list[str]) -> list[str]:
+    """The editor / bash calls that turn ``repo``'s ``files`` into ``source``'s: one
+    ``str_replace`` per differing region (each computed on the file as the earlier ones
+    left it), ``create`` for a new file, ``rm`` for a removed one."""
+    calls = []
+    for rel in files:
+        before, after = repo / rel, source / rel
+        if not before.exists():
+            calls.append(_call("editor", command="create", path=rel, file_text=after.read_text()))
+            continue
+        if not after.exists():
+            calls.append(_call("bash", command=f"rm -f -- '{rel}'"))
+            continue
+        text, goal = before.read_text(), after.read_text()
+        while text != goal:
+            old, new = revert_edit(text, goal)
+            calls.append(_call("editor", command="str_replace", path=rel, old_str=old,
+                               new_str=new))  # fmt: skip
+            text = text.replace(old, new, 1)
+    return calls
+
+
 class SWEOracle(OraclePolicy):
-    """Views the file, reverts the mutation, runs the visible tests, submits."""
+    """Views the first changed file, makes the fix (:func:`plan_edits`), runs the visible
+    tests, submits. The files are ``assets["changed_files"]`` (SWE-bench) or the mutation's."""
+
+    def reset(self, task: Task) -> None:
+        super().reset(task)
+        assets = task.assets
+        files = list(assets.get("changed_files") or [assets["mutation"]["path"]])
+        self.first = files[0]
+        self.plan = plan_edits(Path(assets["repo"]), Path(assets["source"]), files)
 
     def next_action(self, observation: str, info: Mapping[str, Any]) -> str:
-        mutation = self.task.assets["mutation"]
         if self.turn == 0:
-            return _call("editor", command="view", path=mutation["path"])
-        if self.turn == 1:
-            broken = (Path(self.task.assets["repo"]) / mutation["path"]).read_text()
-            original = (Path(self.task.assets["source"]) / mutation["path"]).read_text()
-            old, new = revert_edit(broken, original)
-            return _call("editor", command="str_replace", path=mutation["path"],
-                         old_str=old, new_str=new)  # fmt: skip
-        if self.turn == 2:
+            return _call("editor", command="view", path=self.first)
+        if self.turn <= len(self.plan):
+            return self.plan[self.turn - 1]
+        if self.turn == len(self.plan) + 1:
             # Only the exit status: pytest's summary carries timings, which differ per run.
             return _call("bash", command="python -m pytest -q -x > /tmp/pytest.txt 2>&1; echo $?")
         return "<submit>reverted the faulty change</submit>"

@@ -1,0 +1,128 @@
+"""SWE-bench-format instances on a local checkout: the test patch is applied only for the
+evaluation, the gold patch is what the oracle reaches (1.0), doing nothing scores 0."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+import vt_envs
+from vt_envs.domains.swe.env import make_swe_env
+from vt_envs.domains.swe.oracle import DoNothingPolicy, SWEOracle
+from vt_envs.domains.swe.swebench import load_swebench
+from vt_envs.errors import DatasetFormatError, InvalidConfigError
+
+# Unified diffs; a blank context line is a single space, so the lines are joined explicitly.
+PATCH = "\n".join(
+    [
+        "diff --git a/shop/cart.py b/shop/cart.py",
+        "--- a/shop/cart.py",
+        "+++ b/shop/cart.py",
+        "@@ -1,5 +1,5 @@",
+        " def total(prices, discount=0):",
+        "-    return sum(prices) - discount * len(prices)",
+        "+    return sum(prices) - discount",
+        " ",
+        " ",
+        " def count(prices):",
+        "",
+    ]
+)
+TEST_PATCH = "\n".join(
+    [
+        "diff --git a/tests/test_cart.py b/tests/test_cart.py",
+        "--- a/tests/test_cart.py",
+        "+++ b/tests/test_cart.py",
+        "@@ -4,3 +4,7 @@ from shop.cart import count, total",
+        " ",
+        " def test_count():",
+        "     assert count([1, 2]) == 2",
+        "+",
+        "+",
+        "+def test_discount_applies_once():",
+        "+    assert total([10, 20, 30], discount=5) == 55",
+        "",
+    ]
+)
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}  # fmt: skip
+
+
+def _git(cwd, *args):
+    env = {**GIT_ENV, "HOME": str(cwd)}
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, env=env)
+
+
+@pytest.fixture
+def instance_file(tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "shop").mkdir(parents=True)
+    (checkout / "tests").mkdir()
+    (checkout / "shop" / "__init__.py").write_text("")
+    (checkout / "shop" / "cart.py").write_text(
+        "def total(prices, discount=0):\n    return sum(prices) - discount * len(prices)\n\n\n"
+        "def count(prices):\n    return len(prices)\n"
+    )
+    (checkout / "tests" / "test_cart.py").write_text(
+        "from shop.cart import count, total\n\n\ndef test_count():\n    assert count([1, 2]) == 2\n"
+    )
+    _git(checkout, "init", "-q")
+    _git(checkout, "add", "-A")
+    _git(checkout, "commit", "-q", "-m", "base")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True,
+                            text=True, check=True).stdout.strip()  # fmt: skip
+    (checkout / "later.txt").write_text("a later commit the task must not see\n")
+    _git(checkout, "add", "-A")
+    _git(checkout, "commit", "-q", "-m", "later")
+    instance = {
+        "instance_id": "acme__shop-42",
+        "repo": "acme/shop",
+        "problem_statement": "total() subtracts the discount once per item; it should once.",
+        "base_commit": commit,
+        "patch": PATCH,
+        "test_patch": TEST_PATCH,
+        "FAIL_TO_PASS": json.dumps(["tests/test_cart.py::test_discount_applies_once"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_cart.py::test_count"]),
+    }
+    path = tmp_path / "instances.jsonl"
+    path.write_text(json.dumps(instance) + "\n")
+    return path, checkout
+
+
+def test_instances_load_and_the_gold_patch_scores_one(instance_file, tmp_path):
+    path, checkout = instance_file
+    tasks = load_swebench(path, checkouts={"acme/shop": checkout}, cache=tmp_path / "cache")
+    (task,) = list(tasks)
+    assert task.prompt.startswith("total() subtracts") and "/tmp/repo/shop/cart.py" in task.prompt
+    assert "later.txt" not in task.prompt  # the tree is base_commit's
+    env = make_swe_env(tasks=tasks, max_turns=6)
+    solved = vt_envs.run_episode(env, SWEOracle(), options={"task_id": task.id})
+    assert solved.reward == 1.0, solved.observations[-2:]
+    idle = vt_envs.run_episode(env, DoNothingPolicy(), options={"task_id": task.id})
+    assert idle.reward == 0.0 and idle.infos[-1]["verifier_parts"]["pass_to_pass_broken"] == 0.0
+    # The agent's copy has the old test file: the hidden test arrives only for the evaluation.
+    env.reset(options={"task_id": task.id})
+    command = "grep -c test_discount tests/test_cart.py"
+    call = json.dumps({"name": "bash", "arguments": {"command": command}})
+    obs, *_ = env.step(f"<tool_call>{call}</tool_call>")
+    assert "\n0\n" in obs["text"]
+    env.close()
+
+
+def test_bad_instances_are_typed_errors(instance_file, tmp_path):
+    path, checkout = instance_file
+    with pytest.raises(InvalidConfigError, match="no local checkout"):
+        load_swebench(path, checkouts={}, cache=tmp_path / "c1")
+    broken = json.loads(path.read_text())
+    del broken["test_patch"]
+    (tmp_path / "bad.json").write_text(json.dumps([broken]))
+    with pytest.raises(DatasetFormatError, match="missing"):
+        load_swebench(tmp_path / "bad.json", checkouts={"acme/shop": checkout}, cache=tmp_path)
+    wrong = json.loads(path.read_text())
+    wrong["patch"] = PATCH.replace("discount * len(prices)", "nothing like this")
+    wrong["instance_id"] = "acme__shop-43"
+    (tmp_path / "wrong.json").write_text(json.dumps([wrong]))
+    with pytest.raises(DatasetFormatError, match="does not apply"):
+        load_swebench(tmp_path / "wrong.json", checkouts={"acme/shop": checkout}, cache=tmp_path)
