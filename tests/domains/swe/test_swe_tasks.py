@@ -109,3 +109,21 @@ def test_git_in_the_working_copy_shows_the_agents_change(tasks):
     assert info["tool"]["ok"] and f" M {path}" in obs["text"]
     assert "1 file changed, 1 insertion(+)" in obs["text"] and "base" in obs["text"]
     env.close()
+
+
+def test_the_evaluation_runs_only_the_modules_that_exercise_the_function(tmp_path):
+    from vt_envs.domains.swe.sources import BUILTIN_REPO, repository_tasks
+
+    tasks = repository_tasks("train", max_tasks=8, cache=tmp_path, test_fraction=0.25)
+    all_modules = sorted(str(p.relative_to(BUILTIN_REPO)) for p in BUILTIN_REPO.glob("tests/*.py"))
+    narrower = 0
+    for task in tasks:
+        covering = task.assets["test_files"]
+        names = task.metadata["function"].split(".")  # a method: its class or its name
+        assert set(task.assets["hidden_files"]) <= set(covering)
+        assert all(t.split("::", 1)[0] in covering for t in task.assets["pass_to_pass"])
+        for module in set(covering) - set(task.assets["hidden_files"]):
+            text = (BUILTIN_REPO / module).read_text()
+            assert any(name in text for name in names)
+        narrower += len(covering) < len(all_modules)
+    assert narrower == len(tasks)  # each vtutils function is tested in one module
