@@ -9,6 +9,9 @@ of a repository, two trees under the task cache (once; later calls reuse them):
   a FAIL_TO_PASS test), committed to a fresh git repository, from which each
   episode's working copy is made (so ``git diff`` shows the agent's change).
 
+The hidden-test run is limited to the test modules that exercise the mutated
+function (:func:`covering_modules`); PASS_TO_PASS keeps the tests of those.
+
 The cache must lie where no sandbox can read it: under a root every sandbox
 masks (``/root``, ``/home``, ``/tmp``; the default ``~/.cache/vt_envs``
 is). A cache elsewhere is refused, since the agent's bash could read the
@@ -19,6 +22,7 @@ shown to the agent) lets an oracle revert the bug.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,7 +33,7 @@ from vt_envs.domains.swe.mutations import MutantTask
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.isolation import masked_in_sandbox
 
-__all__ = ["LAYOUT_VERSION", "git_init", "materialize", "swe_cache_dir"]
+__all__ = ["LAYOUT_VERSION", "covering_modules", "git_init", "materialize", "swe_cache_dir"]
 
 #: Bump when the trees' layout changes (the cache then writes new ones).
 LAYOUT_VERSION = 2
@@ -53,6 +57,21 @@ def _hidden_files(task: MutantTask) -> list[str]:
     return sorted({test_id.split("::", 1)[0] for test_id in task.fail_to_pass})
 
 
+def covering_modules(source: Path, mutant: MutantTask) -> list[str]:
+    """The test modules that exercise the mutated function: those holding a FAIL_TO_PASS
+    test, and those whose text names the function (or, for a method, its class). The
+    evaluation runs only these, so it takes seconds even where the whole suite does not."""
+    names = {mutant.mutation.function.split(".")[0], mutant.mutation.function.split(".")[-1]}
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names))) + r")\b")
+    modules = {t.split("::", 1)[0] for t in (*mutant.fail_to_pass, *mutant.pass_to_pass)}
+    hidden = set(_hidden_files(mutant))
+    return sorted(
+        m
+        for m in modules
+        if m in hidden or pattern.search((source / m).read_text(errors="replace"))
+    )
+
+
 def materialize(
     source: str | os.PathLike[str],
     mutant: MutantTask,
@@ -72,6 +91,8 @@ def materialize(
     if not (directory / "repo").is_dir():
         _write_trees(Path(source), mutant, directory)
     mutation = mutant.mutation
+    covering = covering_modules(Path(source), mutant)
+    pass_to_pass = [t for t in mutant.pass_to_pass if t.split("::", 1)[0] in covering]
     return Task(
         id=f"swe/{name}/{split}/{mutation.id}",
         prompt=mutant.issue_text,
@@ -82,10 +103,8 @@ def materialize(
             "pristine": str(directory / "pristine"),
             "source": str(Path(source)),  # the unmutated repository (for oracles)
             "fail_to_pass": list(mutant.fail_to_pass),
-            "pass_to_pass": list(mutant.pass_to_pass),
-            "test_files": sorted(
-                {t.split("::", 1)[0] for t in (*mutant.fail_to_pass, *mutant.pass_to_pass)}
-            ),
+            "pass_to_pass": pass_to_pass,
+            "test_files": covering,
             "hidden_files": _hidden_files(mutant),
             "test_env": dict(test_env or {}),
             "mutation": {
