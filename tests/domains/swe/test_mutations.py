@@ -11,19 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from vt_envs.domains.swe import mutations
-from vt_envs.domains.swe.mutations import (
-    MUTATION_KINDS,
-    MutantTask,
-    Mutation,
-    TestReport,
-    build_tasks,
-    candidate_mutations,
-    issue_text,
-    run_tests,
-    split_tasks,
-    validate,
-)
+from vt_envs.domains.swe import mutants
+from vt_envs.domains.swe.mutants import MutantTask, build_tasks, issue_text, split_tasks, validate
+from vt_envs.domains.swe.mutations import MUTATION_KINDS, Mutation, candidate_mutations
+from vt_envs.domains.swe.test_runs import TestReport, run_tests
 from vt_envs.errors import InvalidConfigError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "minipkg"
@@ -331,18 +322,18 @@ def test_duplicate_and_no_op_mutants_are_never_run(repo, baseline, monkeypatch):
     no_op = Mutation(SOURCES[0], "clamp", "swap_operands", 6, 7, "a", "a", source)
     twice = [no_op, *clamp, *(Mutation(**{**vars(m), "lineno": m.lineno + 100}) for m in clamp)]
     monkeypatch.setattr(
-        mutations,
+        mutants,
         "candidate_mutations",
         lambda text, path: list(twice) if path == SOURCES[0] else [],
     )
     runs = []
-    real_validate = mutations.validate
+    real_validate = mutants.validate
 
     def counting(repo, mutation, *args, **kwargs):
         runs.append(mutation.mutant_source)
         return real_validate(repo, mutation, *args, **kwargs)
 
-    monkeypatch.setattr(mutations, "validate", counting)
+    monkeypatch.setattr(mutants, "validate", counting)
     tasks = build_tasks(
         repo, source_paths=SOURCES, test_paths=TESTS, seed=3, timeout_s=30, env=FAST
     )

@@ -12,7 +12,7 @@ import pytest
 
 import vt_envs
 from vt_envs.domains.swe.env import make_swe_env, with_layout
-from vt_envs.domains.swe.mutations import build_tasks
+from vt_envs.domains.swe.mutants import build_tasks
 from vt_envs.domains.swe.oracle import DoNothingPolicy, SWEOracle, revert_edit
 from vt_envs.domains.swe.tasks import materialize, swe_cache_dir
 from vt_envs.errors import InvalidConfigError

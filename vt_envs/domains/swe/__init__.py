@@ -1,8 +1,16 @@
-"""VT-SWE-v0's building blocks (the env id is not registered yet): repository tasks
-made SWE-smith style by :mod:`~vt_envs.domains.swe.mutations` (one AST mutation of a
-working repository, kept when its tests catch it, with an issue text that does not
-reveal the fix), and the episode around them — :mod:`~vt_envs.domains.swe.env`,
-:mod:`~vt_envs.domains.swe.tools`, :mod:`~vt_envs.domains.swe.editor`,
-:mod:`~vt_envs.domains.swe.files`, :mod:`~vt_envs.domains.swe.workspace`,
-:mod:`~vt_envs.domains.swe.evaluation` and :mod:`~vt_envs.domains.swe.verifier`.
+"""VT-SWE-v0: fix a bug in a Python repository with bash and an editor; hidden tests grade it.
+
+- :mod:`~vt_envs.domains.swe.env`: the episode (:func:`make_swe_env`, registered as
+  ``VT-SWE-v0``); :mod:`~vt_envs.domains.swe.tools`: ``bash`` and ``editor`` over one
+  working copy per episode (:mod:`~vt_envs.domains.swe.workspace`,
+  :mod:`~vt_envs.domains.swe.editor`, :mod:`~vt_envs.domains.swe.files`);
+- the reward: :mod:`~vt_envs.domains.swe.verifier` and
+  :mod:`~vt_envs.domains.swe.evaluation` (hidden tests in a fresh sandbox);
+- tasks: SWE-smith-style mutants (:mod:`~vt_envs.domains.swe.mutations`,
+  :mod:`~vt_envs.domains.swe.test_runs`, :mod:`~vt_envs.domains.swe.mutants`),
+  materialized and cached (:mod:`~vt_envs.domains.swe.tasks`,
+  :mod:`~vt_envs.domains.swe.sources`; :mod:`~vt_envs.domains.swe.fetch` gets a
+  package's sdist), HumanEval (:mod:`~vt_envs.domains.swe.humaneval`) and
+  SWE-bench-format instances (:mod:`~vt_envs.domains.swe.swebench`);
+- :mod:`~vt_envs.domains.swe.oracle`: the reverting oracle and a do-nothing baseline.
 """

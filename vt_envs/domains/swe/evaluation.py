@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vt_envs.domains.swe.mutations import junit_node_id
+from vt_envs.domains.swe.test_runs import junit_node_id
 from vt_envs.domains.swe.workspace import SHOWN_AS, Workspace
 from vt_envs.sandbox.bash_session import BashSession
 from vt_envs.sandbox.isolation import Isolation

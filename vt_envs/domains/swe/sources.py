@@ -2,7 +2,7 @@
 
 :func:`repository_tasks` turns a repository (a directory with a package and
 its pytest tests) into a seeded task source: the mutants its tests catch
-(:func:`~vt_envs.domains.swe.mutations.build_tasks`), split by mutated
+(:func:`~vt_envs.domains.swe.mutants.build_tasks`), split by mutated
 function into train and a fixed held-out test split, each materialized in
 the task cache (:func:`~vt_envs.domains.swe.tasks.materialize`). The list of
 kept mutants is cached as JSON, keyed by a digest of the repository's files,
@@ -25,7 +25,8 @@ from pathlib import Path
 
 from vt_envs.core.task import TaskList
 from vt_envs.domains.swe.env import with_layout
-from vt_envs.domains.swe.mutations import MutantTask, Mutation, build_tasks, split_tasks
+from vt_envs.domains.swe.mutants import MutantTask, build_tasks, split_tasks
+from vt_envs.domains.swe.mutations import Mutation
 from vt_envs.domains.swe.tasks import materialize, swe_cache_dir
 from vt_envs.errors import InvalidConfigError
 

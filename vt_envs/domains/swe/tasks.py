@@ -1,6 +1,6 @@
 """Mutant tasks as VT-SWE-v0 tasks: the broken repository on disk, its hidden tests apart.
 
-:func:`materialize` writes, for one :class:`~vt_envs.domains.swe.mutations.MutantTask`
+:func:`materialize` writes, for one :class:`~vt_envs.domains.swe.mutants.MutantTask`
 of a repository, two trees under the task cache (once; later calls reuse them):
 
 - ``pristine/``: the repository with the mutant file — the bug — and every
@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from vt_envs.core.task import Task
-from vt_envs.domains.swe.mutations import MutantTask
+from vt_envs.domains.swe.mutants import MutantTask
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.isolation import masked_in_sandbox
 
