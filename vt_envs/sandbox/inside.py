@@ -158,6 +158,11 @@ def _setup():
         _bind(host_path, target)
     for host_path, target in setup.get("rw_binds", ()):
         _bind(host_path, target, writable=True)
+    for path in setup.get("hidden", ()):  # unshare backend (bwrap hides them itself)
+        if os.path.isdir(path):
+            _mount_tmpfs(path, 1 << 20)
+        elif os.path.exists(path):
+            _bind("/dev/null", path)
     uid, gid = setup["uid"], setup["gid"]
     _write_files(setup["workdir"], setup.get("files", {}), uid, gid)
     if setup["drop_privileges"]:  # root on the host: become a fresh unprivileged uid

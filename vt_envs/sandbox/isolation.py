@@ -286,6 +286,12 @@ class Isolation:
                 argv += [*_parent_dirs(target, ("/tmp",), made), "--ro-bind", source, target]
             for target, source in (rw_binds or {}).items():
                 argv += [*_parent_dirs(target, ("/tmp",), made), "--bind", source, target]
+            for path in self.policy.hidden_paths:
+                real = os.path.realpath(path)
+                if os.path.isdir(real):
+                    argv += ["--tmpfs", real]
+                elif os.path.exists(real):
+                    argv += ["--ro-bind", "/dev/null", real]
             argv += ["--clearenv"]
             for key, value in self.env(workdir).items():
                 argv += ["--setenv", key, value]

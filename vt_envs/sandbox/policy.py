@@ -7,6 +7,7 @@ turning it into processes happens in :mod:`vt_envs.sandbox.isolation`.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 
@@ -57,6 +58,10 @@ class SandboxPolicy:
         uid_base: sandboxes run as a fresh unprivileged uid from
             ``[uid_base, uid_base + 2**20)``, unique per live sandbox in this
             process, so per-user limits never mix episodes.
+        hidden_paths: host paths covered inside the sandbox (a directory by an
+            empty tmpfs, a file by an empty one): what the code inside must not
+            read although the host root is visible (an SWE task's reference
+            sources, a benchmark's answers).
     """
 
     isolation: str = "auto"
@@ -73,6 +78,7 @@ class SandboxPolicy:
     workdir: str = "/tmp/work"
     extra_env: dict[str, str] = field(default_factory=dict)
     uid_base: int = 1_600_000
+    hidden_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -98,6 +104,10 @@ class SandboxPolicy:
         if self.open_files < 16:
             raise InvalidConfigError(
                 f"open_files must be >= 16 (Python needs a few), got {self.open_files}"
+            )
+        if any(not isinstance(p, str) or not os.path.isabs(p) for p in self.hidden_paths):
+            raise InvalidConfigError(
+                f"hidden_paths must be absolute host paths, got {self.hidden_paths!r}"
             )
         if not self.workdir.startswith("/tmp/") or ".." in self.workdir:
             raise InvalidConfigError(

@@ -304,6 +304,11 @@ class SandboxProcess:
             "rw_binds": (
                 [[h, t] for t, h in rw_binds.items()] if isolation.backend == "unshare" else []
             ),
+            "hidden": (
+                [os.path.realpath(p) for p in policy.hidden_paths]
+                if isolation.backend == "unshare"
+                else []
+            ),
         }
         try:
             return await self._handshake(mode, files, extra, ctrl_r, cgroup_fds, start_timeout_s)

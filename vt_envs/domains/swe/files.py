@@ -89,7 +89,7 @@ class SafeRoot:
                 try:
                     child = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
-                    if not create:
+                    if not create or len(part.encode()) > 255:
                         missing = self.shown("/".join(parts[: i + 1]))
                         raise PathError(f"{missing} does not exist") from None
                     os.mkdir(part, DIR_MODE, dir_fd=fd)
@@ -128,7 +128,7 @@ class SafeRoot:
             return None
         try:
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
+        except OSError:  # absent, or a name too long for the filesystem
             return None
         finally:
             os.close(fd)
@@ -200,35 +200,43 @@ class SafeRoot:
 
     def walk(self, rel: str = "", *, max_depth: int | None = None) -> Iterator[Entry]:
         """Entries below directory ``rel``, sorted, depth-first; symlinks are listed as
-        files, never entered; ``.git`` is skipped."""
+        files, never entered; ``.git`` is skipped. Iterative: no tree is too deep."""
         parts = rel.split("/") if rel else []
-        fd = self._open_dir(parts)
+        stack = [(self._open_dir(parts), rel, 1, None)]
         try:
-            yield from self._walk(fd, rel, 1, max_depth)
-        finally:
-            os.close(fd)
-
-    def _walk(self, fd: int, rel: str, depth: int, max_depth: int | None) -> Iterator[Entry]:
-        for name in sorted(os.listdir(fd)):
-            if name == ".git":
-                continue
-            path = f"{rel}/{name}" if rel else name
-            is_dir = self._stat(name, fd) == "dir"
-            yield Entry(path, is_dir)
-            if is_dir and (max_depth is None or depth < max_depth):
-                try:
-                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                except OSError:  # swapped for a symlink meanwhile: not entered
+            while stack:
+                fd, base, depth, names = stack[-1]
+                if names is None:
+                    try:
+                        names = sorted(os.listdir(fd))
+                    except OSError:
+                        names = []
+                    names.reverse()
+                    stack[-1] = (fd, base, depth, names)
+                if not names:
+                    os.close(fd)
+                    stack.pop()
                     continue
-                try:
-                    yield from self._walk(child, path, depth + 1, max_depth)
-                finally:
-                    os.close(child)
+                name = names.pop()
+                if name == ".git":
+                    continue
+                path = f"{base}/{name}" if base else name
+                is_dir = self._stat(name, fd) == "dir"
+                yield Entry(path, is_dir)
+                if is_dir and (max_depth is None or depth < max_depth):
+                    try:
+                        child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    except OSError:  # swapped for a symlink meanwhile: not entered
+                        continue
+                    stack.append((child, path, depth + 1, None))
+        finally:
+            for fd, *_ in stack:
+                os.close(fd)
 
     @staticmethod
     def _stat(name: str, fd: int) -> str | None:
         try:
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
+        except OSError:  # gone, or a name the filesystem refuses
             return None
         return "dir" if stat.S_ISDIR(info.st_mode) else "file"

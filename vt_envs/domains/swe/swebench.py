@@ -180,6 +180,7 @@ def load_swebench(
                         "test_files": test_files,
                         "hidden_files": hidden,
                         "changed_files": _patched_files(instance["patch"]),
+                        "checkout": str(Path(checkouts[instance["repo"]]).resolve()),
                     },
                 )
             )

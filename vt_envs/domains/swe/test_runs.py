@@ -203,8 +203,8 @@ def _find_module(base: Path, parts: list[str]) -> tuple[list[str], list[str]] | 
     """Split dotted ``parts`` into a ``.py`` file's path under ``base`` and what follows."""
     for k in range(len(parts), 0, -1):  # the longest name first
         name = ".".join(parts[:k])
-        if (base / f"{name}.py").is_file():
+        if os.path.isfile(base / f"{name}.py"):  # (isfile: no error on an overlong name)
             return [f"{name}.py"], parts[k:]
-        if (base / name).is_dir() and (found := _find_module(base / name, parts[k:])):
+        if os.path.isdir(base / name) and (found := _find_module(base / name, parts[k:])):
             return [name, *found[0]], found[1]
     return None

@@ -58,8 +58,10 @@ class HiddenTests:
                 timeout_s=self.timeout_s,
                 test_env=assets.get("test_env"),
             )
-        except PathError as exc:  # the agent replaced a test directory with a symlink
-            return Score(0.0, {"tampered": 1.0}, f"the tests could not be restored: {exc}")
+        except PathError as exc:  # the agent's tree cannot be read as it must
+            return Score(0.0, {"error": 1.0}, f"the change could not be applied: {exc}")
+        except Exception as exc:
+            return Score(0.0, {"error": 1.0}, f"the evaluation failed: {type(exc).__name__}")
         fixed = sum(t in outcome.passed for t in f2p)
         broken = sum(t not in outcome.passed for t in p2p)
         parts = {
@@ -67,6 +69,9 @@ class HiddenTests:
             "fail_to_pass_total": float(len(f2p)),
             "pass_to_pass_broken": float(broken),
             "timeout": float(outcome.status == "timeout"),
+            "tampered": float(outcome.status == "tampered"),
+            "too_large": float(outcome.status == "too_large"),
+            "ignored_files": float(len(outcome.ignored)),
             "eval_s": outcome.elapsed_s,
         }
         if broken:

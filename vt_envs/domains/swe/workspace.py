@@ -54,12 +54,12 @@ class Workspace:
             _copy_tree(base, self.path)
             _make_writable(self.path)
         except BaseException:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            _remove_tree(self._dir)
             raise
         self.created_s = time.perf_counter() - start
         self.files = SafeRoot(self.path, shown_as=SHOWN_AS)
         # Removed at close, and also if the env is dropped or crashes without closing.
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
+        self._finalizer = weakref.finalize(self, _remove_tree, self._dir)
 
     @property
     def closed(self) -> bool:
@@ -90,12 +90,28 @@ def _copy_tree(base: Path, target: Path) -> None:
 
 def _make_writable(root: Path) -> None:
     """Directories ``0777`` and regular files ``0666`` (executables ``0777``): the sandbox's
-    uid must write them; no other host user can reach them through the private parent."""
-    for directory, _, files in os.walk(root):
+    uid must write them; no other host user can reach them through the private parent.
+    (Only ever run on trusted trees: the task's repository.)"""
+    stack = [str(root)]
+    while stack:
+        directory = stack.pop()
         os.chmod(directory, DIR_MODE)
-        for name in files:
-            path = os.path.join(directory, name)
-            if os.path.islink(path):
-                continue
-            executable = os.stat(path).st_mode & 0o111
-            os.chmod(path, DIR_MODE if executable else FILE_MODE)
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    continue
+                if entry.is_dir():
+                    stack.append(entry.path)
+                else:
+                    executable = entry.stat().st_mode & 0o111
+                    os.chmod(entry.path, DIR_MODE if executable else FILE_MODE)
+
+
+def _remove_tree(path: str) -> None:
+    """Delete ``path`` however deep the agent made it (``rm -rf``, which does not recurse
+    on the stack; ``shutil.rmtree`` where ``rm`` is missing)."""
+    rm = shutil.which("rm")
+    if rm is not None:
+        subprocess.run([rm, "-rf", "--one-file-system", path], capture_output=True, check=False)
+    if os.path.lexists(path):
+        shutil.rmtree(path, ignore_errors=True)
