@@ -384,3 +384,17 @@ def test_sync_check_rejects_bad_probes(engine, model):
 
     with pytest.raises(InvalidConfigError, match="the reference 1"):
         logprob_agreement(engine, short, [[1, 2, 3]], 1.0)
+
+
+def test_the_hf_engine_serves_a_second_event_loop(engine):
+    """A worker task left by a finished ``asyncio.run`` must not keep a new loop's
+    requests waiting forever."""
+    import asyncio
+
+    async def one():
+        request = engine.generate([1, 2, 3], SamplingParams(max_new_tokens=2))
+        return await asyncio.wait_for(request, 30)
+
+    assert len(asyncio.run(one()).token_ids) == 2
+    engine._serving = True  # as a worker cancelled mid-check by the first loop's end leaves it
+    assert len(asyncio.run(one()).token_ids) == 2

@@ -228,7 +228,11 @@ class HFEngine(RolloutEngine):
         )
         with self._pending_lock:
             self._pending.append(request)
-        if not self._serving:
+        worker = self._worker
+        # A worker left by an event loop that has ended (asyncio.run called again) serves
+        # nobody: start one on this loop.
+        stale = worker is None or worker.done() or worker.get_loop() is not loop
+        if not self._serving or stale:
             self._serving = True
             self._worker = loop.create_task(self._serve(loop))
         return await request.future
