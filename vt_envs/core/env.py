@@ -178,7 +178,8 @@ class ToolEnv(gym.Env[dict, str]):
     ``terminated``: the agent answered. ``truncated``: ``max_turns``,
     ``max_episode_tokens``, ``max_episode_seconds`` or Gymnasium's
     ``max_episode_steps`` (``gym.make(id, max_episode_steps=N)``) ran out
-    first; ``info["truncation"]`` names which, and the sessions are closed and
+    first, or a tool's episode-wide limit was passed (``ToolResult.ends_episode``,
+    e.g. ``"disk_quota"``); ``info["truncation"]`` names which, and the sessions are closed and
     ``reward_parts`` filled the same way for each.
 
     ``info`` always has ``task_id``, ``turn``, ``parse`` (``None`` on reset),
@@ -481,14 +482,20 @@ class ToolEnv(gym.Env[dict, str]):
             return await self._finish(parse, score, truncated=False)
 
         images: list[np.ndarray] = []
+        spent: str | None = None
         if parse.kind == "tool_call" and self._tool_budget_left(episode) > 0:
             feedback, results, images = await self._run_calls(episode, parse.calls)
             info_extra["tool"] = results[0]
             if len(results) > 1:
                 info_extra["tools"] = results
+            spent = next((r["ends_episode"] for r in results if "ends_episode" in r), None)
         else:
             episode.invalid_actions += 1
             feedback = self._invalid_feedback(episode, parse)
+        if spent is not None:  # a tool's episode-wide limit (e.g. a disk quota) was passed
+            return await self._finish(
+                parse, None, truncated=True, reason=spent, info_extra=info_extra
+            )
         image_tokens = self._count_image_tokens(images)
         if (
             self.max_image_tokens is not None
@@ -730,6 +737,7 @@ class ToolEnv(gym.Env[dict, str]):
                     "error": result.error,
                     "latency_s": latency,
                     "metrics": dict(result.metrics),
+                    **({"ends_episode": result.ends_episode} if result.ends_episode else {}),
                 }
             )
         return "\n".join(texts), infos, images

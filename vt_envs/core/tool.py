@@ -62,6 +62,9 @@ class ToolResult:
         error: a short machine-readable error kind (``"timeout"``,
             ``"syntax_error"``, ...) when ``ok`` is ``False``.
         metrics: numbers worth logging (``rows``, ``exec_s``, ``truncated``...).
+        ends_episode: set when the call spent a resource the tool bounds for the
+            whole episode (an SWE working copy over its disk quota): the env ends
+            the episode on this step, truncated with this reason.
     """
 
     text: str
@@ -69,6 +72,7 @@ class ToolResult:
     ok: bool = True
     error: str | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
+    ends_episode: str | None = None
 
     @classmethod
     def failure(cls, text: str, error: str, **metrics: float) -> ToolResult:

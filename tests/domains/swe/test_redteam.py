@@ -124,3 +124,35 @@ def test_pathological_trees_do_not_crash_or_leak(monkeypatch):
     assert "Error" in observations[1]
     leaked = set(glob.glob(f"{tempfile.gettempdir()}/vt-swe-*")) - before
     assert not leaked
+
+
+@pytest.mark.parametrize(
+    "command, kwargs",
+    [
+        # Each file under the per-file rlimit, together past the quota: stopped mid-call.
+        ("for i in $(seq 100); do head -c 8M /dev/zero > big$i || break; done; sleep 20",
+         {"disk_quota_mb": 32}),
+        # Many tiny files: the entry bound, checked again as the call returns.
+        ("mkdir -p many && cd many && touch $(seq 600)", {"max_files": 500}),
+    ],
+    ids=["bytes", "entries"],
+)  # fmt: skip
+def test_a_disk_flood_ends_the_episode_with_nothing_left_behind(command, kwargs):
+    before = set(glob.glob(f"{tempfile.gettempdir()}/vt-swe-*"))
+    env = gym.make("VT-SWE-v0", split="test", **kwargs)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(_bash(command))
+    env.close()
+    assert (terminated, truncated, reward) == (False, True, 0.0)
+    assert info["truncation"] == "disk_quota" and info["tool"]["error"] == "disk_quota"
+    assert info["verifier_parts"]["disk_quota"] == 1.0
+    assert info["tool"]["latency_s"] < 15  # stopped while running, not at its deadline
+    assert not set(glob.glob(f"{tempfile.gettempdir()}/vt-swe-*")) - before
+
+
+def test_ordinary_work_stays_well_inside_the_quota():
+    reward, info, observations = _episode(
+        [_bash("python -m pytest -q -x 2>&1 | tail -1; git status --short | head -3")]
+    )
+    assert "disk quota" not in observations[0]
+    assert info.get("truncation") != "disk_quota"

@@ -111,6 +111,8 @@ def make_swe_env(
     partial_credit: bool = False,
     grade_truncated: bool = True,
     max_output_chars: int = 8000,
+    disk_quota_mb: int = 256,
+    max_files: int = 20_000,
     policy: SandboxPolicy | None = None,
     max_episode_tokens: int = 32768,
     max_observation_tokens: int = 2048,
@@ -137,6 +139,9 @@ def make_swe_env(
         grade_truncated: run the hidden tests also when a budget ends the
             episode before ``<submit>`` (the working copy as it stands).
         max_output_chars: bash output beyond this is cut to a head and a tail.
+        disk_quota_mb, max_files: bounds of the working copy (allocated bytes,
+            entries); passing one ends the episode truncated with ``"disk_quota"``,
+            graded 0 (:class:`~vt_envs.domains.swe.tools.SWEBashTool`).
         policy: the sandbox policy of bash and the evaluation.
     """
     if dataset is not None:
@@ -164,7 +169,12 @@ def make_swe_env(
     return ToolEnv(
         tools=[
             SWEBashTool(
-                store, timeout_s=bash_timeout_s, policy=policy, max_output_chars=max_output_chars
+                store,
+                timeout_s=bash_timeout_s,
+                policy=policy,
+                max_output_chars=max_output_chars,
+                disk_quota_mb=disk_quota_mb,
+                max_files=max_files,
             ),
             SWEEditorTool(store),
         ],

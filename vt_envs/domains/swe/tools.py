@@ -11,10 +11,12 @@ the same copy from the host side, symlink-proof.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from vt_envs.core.tool import ToolResult
 from vt_envs.domains.swe.editor import EditorTool
 from vt_envs.domains.swe.workspace import SHOWN_AS, Workspace
 from vt_envs.errors import InvalidConfigError
@@ -46,6 +48,13 @@ class WorkspaceStore:
             self.creation_s.append(self._current.created_s)
         return self._current
 
+    @property
+    def active(self) -> Workspace | None:
+        """The open copy of the running episode, if any."""
+        if self._current is not None and not self._current.closed:
+            return self._current
+        return None
+
     def current(self, task: Any) -> Workspace | None:
         """The open copy of ``task``'s episode, if any (what the verifier grades)."""
         if self._current is not None and not self._current.closed and self._task is task:
@@ -68,7 +77,15 @@ def _repo_of(task: Any) -> Path:
 
 
 class SWEBashTool(BashTool):
-    """``bash`` in the sandbox, started in the episode's working copy (bound read-write)."""
+    """``bash`` in the sandbox, started in the episode's working copy (bound read-write).
+
+    The copy lives on the host's disk, outside the sandbox's size-capped ``/tmp``, so
+    this tool bounds it: while a call runs, the copy is measured every ``quota_poll_s``
+    (and once more when it returns); past ``disk_quota_mb`` allocated or ``max_files``
+    entries the call is stopped, the copy emptied, and the episode ends truncated with
+    ``"disk_quota"`` (graded 0). The overshoot is at most what the shell writes in one
+    poll interval (each file is also capped by ``SandboxPolicy.file_size_mb``).
+    """
 
     description = (
         "Run bash commands in a sandboxed shell, started in the repository at /tmp/repo (the "
@@ -77,9 +94,71 @@ class SWEBashTool(BashTool):
         "restarted (the repository keeps your changes). No network access."
     )
 
-    def __init__(self, store: WorkspaceStore, **kwargs: Any):
+    def __init__(
+        self,
+        store: WorkspaceStore,
+        *,
+        disk_quota_mb: int = 256,
+        max_files: int = 20_000,
+        quota_poll_s: float = 0.1,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
+        for name, value in (("disk_quota_mb", disk_quota_mb), ("max_files", max_files)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidConfigError(f"{name} must be a positive int, got {value!r}")
+        if not quota_poll_s > 0:
+            raise InvalidConfigError(f"quota_poll_s must be > 0, got {quota_poll_s!r}")
         self.store = store
+        self.quota_bytes, self.max_files = disk_quota_mb << 20, max_files
+        self.quota_poll_s = quota_poll_s
+
+    async def call(
+        self, session: BashSession, arguments: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> ToolResult:
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        workspace = self.store.active
+        running = asyncio.ensure_future(session.run(str(arguments["command"]), limit))
+        try:
+            over = await self._watch(workspace, running)
+        except BaseException:
+            running.cancel()  # cancelling the run kills the shell (SandboxSession contract)
+            await asyncio.gather(running, return_exceptions=True)
+            raise
+        if over is None:
+            return self.format(running.result(), limit)
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await asyncio.to_thread(workspace.discard)
+        used, entries = over
+        return ToolResult(
+            text=(
+                f"The repository passed its disk quota ({used >> 20} MB in {entries} entries; "
+                f"the limit is {self.quota_bytes >> 20} MB and {self.max_files} entries). The "
+                "command was stopped, the working copy discarded, and the episode ends."
+            ),
+            ok=False,
+            error="disk_quota",
+            metrics={"disk_bytes": float(used), "disk_entries": float(entries)},
+            ends_episode="disk_quota",
+        )
+
+    async def _watch(
+        self, workspace: Workspace | None, running: asyncio.Future[Any]
+    ) -> tuple[int, int] | None:
+        """Poll the copy's size until ``running`` ends; ``(bytes, entries)`` once over quota."""
+        if workspace is None:  # no copy (sandbox started without one): nothing to bound
+            await running
+            return None
+        while True:
+            await asyncio.wait({running}, timeout=self.quota_poll_s)
+            used, entries = await asyncio.to_thread(
+                workspace.usage, stop_at_bytes=self.quota_bytes, stop_at_entries=self.max_files
+            )
+            if used > self.quota_bytes or entries > self.max_files:
+                return used, entries
+            if running.done():
+                return None
 
     async def open_session(self, task: Any, *, seed: int = 0) -> BashSession:
         workspace = self.store.open(task)

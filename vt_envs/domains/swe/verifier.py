@@ -46,6 +46,8 @@ class HiddenTests:
         workspace = self.store.current(task)
         if workspace is None:
             return Score(0.0, {"no_workspace": 1.0}, "the episode's working copy is gone")
+        if workspace.spoiled:
+            return Score(0.0, {"disk_quota": 1.0}, "the working copy passed its disk quota")
         assets = task.assets
         f2p, p2p = list(assets["fail_to_pass"]), list(assets["pass_to_pass"])
         try:

@@ -41,6 +41,7 @@ class Workspace:
         path: the copy on the host (``<private dir>/repo``).
         files: its :class:`SafeRoot` (paths as the agent writes them).
         created_s: how long making the copy took.
+        spoiled: the copy passed its disk quota and was emptied (:meth:`discard`).
     """
 
     def __init__(self, base: str | os.PathLike[str]):
@@ -57,6 +58,7 @@ class Workspace:
             _remove_tree(self._dir)
             raise
         self.created_s = time.perf_counter() - start
+        self.spoiled = False
         self.files = SafeRoot(self.path, shown_as=SHOWN_AS)
         # Removed at close, and also if the env is dropped or crashes without closing.
         self._finalizer = weakref.finalize(self, _remove_tree, self._dir)
@@ -64,6 +66,36 @@ class Workspace:
     @property
     def closed(self) -> bool:
         return not self._finalizer.alive
+
+    def usage(self, *, stop_at_bytes: int, stop_at_entries: int) -> tuple[int, int]:
+        """``(bytes allocated, entries)`` of the copy, counting every file, directory and
+        link without following links; the walk stops as soon as either passes its bound
+        (so a copy flooded with files costs at most ``stop_at_entries`` lookups)."""
+        used, entries, stack = 0, 0, [str(self.path)]
+        while stack:
+            try:
+                scan = os.scandir(stack.pop())
+            except OSError:  # removed under us, or made unreadable: nothing to count
+                continue
+            with scan:
+                for entry in scan:
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    entries += 1
+                    used += info.st_blocks * 512  # allocated, so sparse files count as they are
+                    if used > stop_at_bytes or entries > stop_at_entries:
+                        return used, entries
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        return used, entries
+
+    def discard(self) -> None:
+        """Empty the copy now and mark it spoiled (it passed its disk quota): what the agent
+        wrote is gone, and the episode's grade is 0."""
+        self.spoiled = True
+        _remove_tree(str(self.path))
 
     def close(self) -> None:
         """Delete the copy (idempotent)."""
