@@ -33,12 +33,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=int, default=10, help="oracle episodes")
     parser.add_argument("--max-tasks", type=int, default=60, help="mutants validated at most")
     parser.add_argument("--repo", default=None, help="repository to build from (default vtutils)")
+    parser.add_argument("--source-dir", default=None, help="its package directory (inferred)")
+    parser.add_argument("--test-dir", default="tests", help="its tests directory")
     parser.add_argument(
         "--out", type=Path, default=Path("bench_out"), help="directory for the JSON"
     )
 
 
-def run_benchmark(episodes: int, max_tasks: int, repo: str | None) -> dict[str, Any]:
+def run_benchmark(
+    episodes: int,
+    max_tasks: int,
+    repo: str | None,
+    source_dir: str | None = None,
+    test_dir: str = "tests",
+) -> dict[str, Any]:
     import vt_envs  # noqa: F401  (registers the ids)
     from vt_envs.domains.swe.env import make_swe_env
     from vt_envs.domains.swe.oracle import SWEOracle
@@ -46,10 +54,11 @@ def run_benchmark(episodes: int, max_tasks: int, repo: str | None) -> dict[str, 
 
     with tempfile.TemporaryDirectory(prefix="vt-swe-bench-") as cache:
         start = time.perf_counter()
-        train = repository_tasks("train", repo=repo, max_tasks=max_tasks, cache=cache)
+        where = {"repo": repo, "source_dir": source_dir, "test_dir": test_dir}
+        train = repository_tasks("train", **where, max_tasks=max_tasks, cache=cache)
         build_s = time.perf_counter() - start
         start = time.perf_counter()
-        test = repository_tasks("test", repo=repo, max_tasks=max_tasks, cache=cache)
+        test = repository_tasks("test", **where, max_tasks=max_tasks, cache=cache)
         cached_s = time.perf_counter() - start
         env = make_swe_env(tasks=test)
         store = env.tools["bash"].store
@@ -122,7 +131,9 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    report = run_benchmark(args.episodes, args.max_tasks, args.repo)
+    report = run_benchmark(
+        args.episodes, args.max_tasks, args.repo, args.source_dir, args.test_dir
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "swe_speed.json").write_text(json.dumps(report, indent=2) + "\n")
     print(render(report))

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.process import Captured, SandboxProcess
 from vt_envs.sandbox.session import SandboxSession, SessionClosed
 
@@ -95,19 +96,24 @@ class BashSession(SandboxSession):
         seed: int = 0,
         rw_binds: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        exports: Mapping[str, str] | None = None,
     ):
         super().__init__(isolation, files=files, seed=seed)
-        self.rw_binds, self.cwd = dict(rw_binds or {}), cwd
+        self.rw_binds, self.cwd, self.exports = dict(rw_binds or {}), cwd, dict(exports or {})
+        if not all(name.isidentifier() for name in self.exports):
+            raise InvalidConfigError(f"exports must be named by identifiers, got {exports!r}")
 
     async def start(self) -> None:
         """Start the shell's sandbox (``rw_binds``: sandbox path -> host directory, bound
-        read-write; ``cwd``: where the shell starts). Raises ``SandboxUnavailableError``."""
+        read-write; ``cwd``: where the shell starts; ``exports``: variables exported in
+        it, again after every restart). Raises ``SandboxUnavailableError``."""
         self._proc = await SandboxProcess.start(
             self.isolation, mode="bash", files=self.files, rw_binds=self.rw_binds
         )
         # Per-call `kill -9 -1` must not hit the shell's own prompt machinery; and
         # a quiet, predictable shell: no history, no job-control messages.
         cd = f"cd {shlex.quote(self.cwd)}; " if self.cwd else ""
+        cd += "".join(f"export {k}={shlex.quote(v)}; " for k, v in self.exports.items())
         await self._proc.send_text(
             f"{cd}set +m +o history 2>/dev/null; PS1=''; PS2=''; RANDOM={self.seed % 32768}\n"
         )

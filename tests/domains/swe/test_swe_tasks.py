@@ -127,3 +127,27 @@ def test_the_evaluation_runs_only_the_modules_that_exercise_the_function(tmp_pat
             assert any(name in text for name in names)
         narrower += len(covering) < len(all_modules)
     assert narrower == len(tasks)  # each vtutils function is tested in one module
+
+
+def test_an_unpacked_src_layout_sdist_builds_and_its_tasks_are_fixed(tmp_path, monkeypatch):
+    """What ``fetch`` unpacks for cachetools: ``NAME-VERSION/src/NAME`` and ``tests/``, with
+    ``addopts`` naming a plugin that is not loaded. The package and tests directories are
+    inferred, the build, the agent's shell and the hidden-test run import from ``src/``."""
+    import gymnasium as gym
+
+    monkeypatch.setenv("VT_CACHE_DIR", str(tmp_path / "cache"))
+    sdist = tmp_path / "minipkg-0.3.1"
+    shutil.copytree(FIXTURE / "minipkg", sdist / "src" / "minipkg")
+    shutil.copytree(FIXTURE / "tests", sdist / "tests")
+    (sdist / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "--cov=minipkg"\n')
+    env = gym.make("VT-SWE-v0", repo=str(sdist), max_tasks=3, split="train", max_turns=8)
+    tasks = env.unwrapped.tasks
+    assert len(tasks) >= 1 and all(t.id.startswith("swe/minipkg/train/") for t in tasks)
+    assert all(t.assets["mutation"]["path"].startswith("src/minipkg/") for t in tasks)
+    fixed = vt_envs.run_episode(env, SWEOracle(), options={"task_id": tasks[0].id})
+    assert fixed.reward == 1.0, fixed.observations[-2:]
+    env.reset(options={"task_id": tasks[0].id})
+    bash = '{"name": "bash", "arguments": {"command": "python -c \'import minipkg; print(1+1)\'"}}'
+    obs, *_ = env.step(f"<tool_call>{bash}</tool_call>")
+    assert "2" in obs["text"] and "Error" not in obs["text"], obs["text"]
+    env.close()

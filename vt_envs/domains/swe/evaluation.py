@@ -19,7 +19,9 @@ than the code under test —
 
 pytest then runs as ``python -P -m pytest`` (the repository is not first on
 ``sys.path``; pytest adds it after it has imported itself, ``-o
-pythonpath=.``), with plugin autoloading off, bytecode caches redirected
+pythonpath=.``, and ``src`` in a src layout), with the repository's
+``addopts`` dropped (they name plugins the run does not load), plugin
+autoloading off, bytecode caches redirected
 out of the tree, and two canary tests drawn for this run (one must fail,
 one must pass): a run whose canaries misbehave was tampered with and scores
 0. The report is JUnit XML read back through the sandboxed shell between
@@ -222,10 +224,12 @@ async def run_hidden_tests(
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
             "PYTHONPYCACHEPREFIX": f"/tmp/work/pyc-{nonce}",
         }
+        roots = ". src" if (pristine / "src").is_dir() else "."  # a src/ layout imports from src
         variables = " ".join(f"{k}={_quote(v)}" for k, v in env.items())
         command = (
             f"cd {SHOWN_AS} && {variables} {_quote(isolation.policy.python)} -P -m pytest -q "
-            f"-p no:cacheprovider -o pythonpath=. --rootdir={SHOWN_AS} --junitxml={report} "
+            f"-p no:cacheprovider -o addopts= -o pythonpath={_quote(roots)} --rootdir={SHOWN_AS} "
+            f"--junitxml={report} "
             f"-o junit_family=xunit1 {ids} > /tmp/work/out-{nonce}.txt 2>&1; "
             f"tail -c 2000 /tmp/work/out-{nonce}.txt; echo '<<{nonce}>>'; cat {report}; "
             f"echo '<</{nonce}>>'"

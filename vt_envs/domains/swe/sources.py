@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -108,7 +109,10 @@ def repository_tasks(
 
     Args:
         repo: a directory holding a package (``source_dir``, default the
-            repository's name) and its tests (``test_dir``).
+            directory named like the repository, its version dropped, at the top or
+            under ``src/``) and its tests (``test_dir``, at the top or inside the
+            package).
+        name: the tasks' name in ids and the cache (default: the package's).
         seed: orders the candidate mutants (and so which are kept).
         max_tasks: at most this many mutants are validated into tasks.
         test_fraction: the share of mutated functions held out.
@@ -117,20 +121,22 @@ def repository_tasks(
     if split not in ("train", "test"):
         raise InvalidConfigError(f"split must be 'train' or 'test', got {split!r}")
     root = Path(repo) if repo is not None else BUILTIN_REPO
-    name = name or root.name
-    package = source_dir or name
+    package = source_dir or _find_package(root)
+    if not (root / test_dir).is_dir() and (root / package / test_dir).is_dir():
+        test_dir = f"{package}/{test_dir}"  # tests inside the package (toolz/tests)
     if not (root / package).is_dir() or not (root / test_dir).is_dir():
         raise InvalidConfigError(
             f"{str(root)!r} must hold the package directory {package!r} and the tests "
             f"directory {test_dir!r}; set source_dir= / test_dir="
         )
+    name = name or package.rsplit("/", 1)[-1]
     cache_root = Path(cache) if cache is not None else swe_cache_dir()
     # Build from (and keep) a private copy: oracles read the unmutated files from it.
     tests = _python_files(root, test_dir)
     sources = [  # the package's modules, not its tests (which may live inside it)
         p
         for p in _python_files(root, package)
-        if not p.endswith("__init__.py") and p not in tests and "/tests/" not in f"/{p}"
+        if p not in tests and "/tests/" not in f"/{p}"
     ]
     sources = [p for p in sources if p.rsplit("/", 1)[-1] not in ("_version.py", "conftest.py")]
     key = _digest(root, [*sources, *tests])
@@ -155,6 +161,18 @@ def repository_tasks(
         for t in chosen
     ]
     return TaskList(tasks, name=f"swe/{name}", split=split)
+
+
+def _find_package(root: Path) -> str:
+    """The package directory of ``root``: its name, or an unpacked sdist's name without
+    the version (``toolz-1.0.0`` -> ``toolz``, ``more_itertools-11.2.1`` ->
+    ``more_itertools``), at the top or under ``src/``."""
+    bare = re.sub(r"-\d[\w.]*$", "", root.name)
+    names = dict.fromkeys([root.name, bare, bare.replace("-", "_"), bare.replace("_", "-")])
+    for candidate in [*names, *(f"src/{n}" for n in names)]:
+        if (root / candidate / "__init__.py").is_file():
+            return candidate
+    return bare
 
 
 def _ensure(path: Path) -> Path:

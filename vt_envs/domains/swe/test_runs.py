@@ -39,6 +39,8 @@ _OUTPUT_TAIL_CHARS = 4000
 # that fails to import stops no other module's tests.
 _PYTEST_OPTIONS = ("-q", "-rfE", "--tb=short", "-p", "no:cacheprovider")
 _PYTEST_OPTIONS += ("-o", "junit_family=xunit2", "--continue-on-collection-errors")
+# The repository's own addopts (coverage, xdist, ...) need plugins the run does not load.
+_PYTEST_OPTIONS += ("-o", "addopts=")
 
 
 # --------------------------------------------------------------------------- test runs

@@ -164,7 +164,11 @@ class SWEBashTool(BashTool):
         workspace = self.store.open(task)
         rw_binds = {SHOWN_AS: str(workspace.path)} if self.isolation.sandboxed else {}
         cwd = SHOWN_AS if self.isolation.sandboxed else str(workspace.path)
-        session = BashSession(self.isolation, seed=seed, rw_binds=rw_binds, cwd=cwd)
+        # A src/ layout's package imports from src/, as in the hidden-test run.
+        exports = {"PYTHONPATH": f"{cwd}/src"} if (workspace.path / "src").is_dir() else {}
+        session = BashSession(
+            self.isolation, seed=seed, rw_binds=rw_binds, cwd=cwd, exports=exports
+        )
         await session.start()
         return session
 
