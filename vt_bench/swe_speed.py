@@ -131,9 +131,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    report = run_benchmark(
-        args.episodes, args.max_tasks, args.repo, args.source_dir, args.test_dir
-    )
+    report = run_benchmark(args.episodes, args.max_tasks, args.repo, args.source_dir, args.test_dir)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "swe_speed.json").write_text(json.dumps(report, indent=2) + "\n")
     print(render(report))

@@ -134,9 +134,7 @@ def repository_tasks(
     # Build from (and keep) a private copy: oracles read the unmutated files from it.
     tests = _python_files(root, test_dir)
     sources = [  # the package's modules, not its tests (which may live inside it)
-        p
-        for p in _python_files(root, package)
-        if p not in tests and "/tests/" not in f"/{p}"
+        p for p in _python_files(root, package) if p not in tests and "/tests/" not in f"/{p}"
     ]
     sources = [p for p in sources if p.rsplit("/", 1)[-1] not in ("_version.py", "conftest.py")]
     key = _digest(root, [*sources, *tests])
