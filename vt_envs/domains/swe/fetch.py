@@ -15,13 +15,16 @@ dependencies): toolz, boltons, cachetools, parse, more-itertools.
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
-__all__ = ["fetch_sdist", "main"]
+from vt_envs.errors import DatasetFormatError
+
+__all__ = ["fetch_sdist", "main", "unpack_sdist"]
 
 
 def fetch_sdist(requirement: str, out: Path) -> Path:
@@ -33,22 +36,50 @@ def fetch_sdist(requirement: str, out: Path) -> Path:
          "--quiet", "--dest", str(downloads), requirement],
         check=True,
     )  # fmt: skip
-    name = requirement.split("==")[0].split(">")[0].split("<")[0].strip().lower()
-    archives = sorted(
-        p for p in downloads.iterdir() if p.name.lower().replace("_", "-").startswith(name)
-    )
+    name = re.split(r"[=<>!~;\[ ]", requirement, maxsplit=1)[0].strip()
+    archives = sorted(p for p in downloads.iterdir() if _normalized(p.name).startswith(
+        _normalized(name) + "-"))  # fmt: skip
     if not archives:
         raise FileNotFoundError(f"pip downloaded no sdist of {requirement!r} into {downloads}")
-    archive = archives[-1]
+    return unpack_sdist(archives[-1], out)
+
+
+def unpack_sdist(archive: Path, out: Path) -> Path:
+    """Unpack a ``.tar.gz`` / ``.zip`` sdist into ``out``; returns its top directory.
+
+    Raises:
+        DatasetFormatError: the archive is not one top directory, or a member would
+            land outside it (absolute paths, ``..``, links out of the tree, devices).
+    """
     if archive.suffix == ".zip":
         with zipfile.ZipFile(archive) as z:
-            top = z.namelist()[0].split("/")[0]
+            names = z.namelist()
+            top = _single_top(archive, names)
+            for member in names:
+                if member.startswith("/") or ".." in Path(member).parts:
+                    raise DatasetFormatError(f"{archive.name}: member {member!r} leaves the tree")
             z.extractall(out)
     else:
         with tarfile.open(archive) as t:
-            top = t.getnames()[0].split("/")[0]
-            t.extractall(out, filter="data")
+            top = _single_top(archive, t.getnames())
+            try:
+                t.extractall(out, filter="data")
+            except tarfile.FilterError as exc:
+                raise DatasetFormatError(f"{archive.name}: {exc}; not unpacked") from exc
     return out / top
+
+
+def _single_top(archive: Path, names: list[str]) -> str:
+    tops = {n.lstrip("./").split("/", 1)[0] for n in names if n.strip("./")}
+    if len(tops) != 1:
+        raise DatasetFormatError(
+            f"{archive.name}: an sdist holds one top directory, this one holds {sorted(tops)}"
+        )
+    return tops.pop()
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def main(argv: list[str] | None = None) -> int:
