@@ -16,6 +16,11 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
+    "eval": (
+        "vt_bench.evals.cli",
+        "Evaluate a policy (oracle, no-tool, HF/vLLM model, OpenAI-compatible endpoint) over "
+        "env ids: per-rollout JSONL, --resume, pass@k with intervals, REPORT.md + plots.",
+    ),
     "sandbox-speed": (
         "vt_bench.sandbox_speed",
         "Sandbox latency: persistent worker vs fresh subprocess.",

@@ -21,6 +21,7 @@ from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.core.verifier import ExactMatch, Score, Verifier
 from vt_envs.core.wrappers import install as _install_async_wrappers
 from vt_envs.registration import (
+    baseline_for,
     env_builder,
     make,
     make_vec,
@@ -54,6 +55,7 @@ __all__ = [
     "Verifier",
     "__version__",
     "arun_episode",
+    "baseline_for",
     "env_builder",
     "load_tokenizer",
     "make",
@@ -89,12 +91,14 @@ register_env(
     "VT-Visual-v0",
     builder="vt_envs.domains.visual:make_visual_env",
     oracle="vt_envs.domains.visual:VisualOracle",
+    baseline="vt_envs.domains.visual:NoToolPolicy",
     description="visual QA on large scenes with small targets: crop/zoom tools, images by index",
 )
 register_env(
     "VT-SWE-v0",
     builder="vt_envs.domains.swe.env:make_swe_env",
     oracle="vt_envs.domains.swe.oracle:SWEOracle",
+    baseline="vt_envs.domains.swe.oracle:DoNothingPolicy",
     description="fix a bug in a repository with bash and an editor; hidden tests are the reward",
 )
 register_env(

@@ -30,6 +30,7 @@ from vt_envs.errors import InvalidConfigError, UnknownKwargError, UnknownNameErr
 __all__ = [
     "TOOL_ENV_KWARGS",
     "EnvRegistration",
+    "baseline_for",
     "env_builder",
     "make",
     "make_vec",
@@ -56,6 +57,8 @@ class EnvRegistration:
             :class:`ToolEnv`.
         oracle: ``"module:Class"`` of its :class:`~vt_envs.core.policy.OraclePolicy`.
         description: one line for tables and ``--help``.
+        baseline: ``"module:Class"`` of a no-tool :class:`~vt_envs.core.policy.Policy`
+            (answers without calling a tool); ``None``: :class:`AnswerAtOncePolicy`.
         kwargs: defaults passed to the builder (overridden by ``gym.make`` kwargs).
     """
 
@@ -64,6 +67,7 @@ class EnvRegistration:
     oracle: str | None
     description: str
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    baseline: str | None = None
 
 
 _REGISTRY: dict[str, EnvRegistration] = {}
@@ -98,12 +102,13 @@ def register_env(
     oracle: str | None,
     description: str,
     kwargs: Mapping[str, Any] | None = None,
+    baseline: str | None = None,
 ) -> EnvRegistration:
     """Register ``id`` with Gymnasium and VT's own table of builders and oracles.
 
     Re-registering an id replaces it (as Gymnasium does, with its warning).
     """
-    registration = EnvRegistration(id, builder, oracle, description, dict(kwargs or {}))
+    registration = EnvRegistration(id, builder, oracle, description, dict(kwargs or {}), baseline)
     _REGISTRY[id] = registration
     gym.register(
         id=id,
@@ -168,6 +173,18 @@ def make_vec(env_id: str, num_envs: int = 1, **kwargs: Any) -> ToolVectorEnv:
     if not isinstance(num_envs, int) or num_envs < 1:
         raise InvalidConfigError(f"num_envs must be an int >= 1, got {num_envs!r}")
     return ToolVectorEnv([make(env_id, **kwargs) for _ in range(num_envs)])
+
+
+def baseline_for(env_id: str, env: Any = None) -> Any:
+    """A new no-tool baseline policy for ``env_id``: its registered one, else one that
+    answers at once with an empty answer in ``env``'s answer tag (``<answer></answer>``)."""
+    from vt_envs.core.policy import AnswerAtOncePolicy
+
+    registration = _lookup(env_id)
+    if registration.baseline is not None:
+        return _load(registration.baseline)()
+    tag = getattr(getattr(env, "unwrapped", env), "answer_tag", "answer")
+    return AnswerAtOncePolicy(tag)
 
 
 def oracle_for(env_id: str) -> Any:

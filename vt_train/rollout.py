@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -109,6 +109,8 @@ class _Rollout:
     images: list[Any] = field(default_factory=list)  # by reference, in token order
     image_spans: list[tuple[int, int]] = field(default_factory=list)
     tool_latency_s: float = 0.0
+    tool_log: list[dict[str, Any]] = field(default_factory=list)  # one entry per call
+    tool_latencies_s: list[float] = field(default_factory=list)  # the same calls' latencies
     generate_s: float = 0.0
     step_s: float = 0.0
 
@@ -145,11 +147,15 @@ class _Rollout:
                 "sample": self.sample,
                 "env_index": self.env_index,
                 "truncation": self.truncation,
+                # Each call: the turn it was made on, name, ok, error.
+                "tool_log": self.tool_log,
+                "verifier_parts": dict(self.info.get("verifier_parts") or {}),
                 # Wall-clock facts: they differ between runs, unlike everything else.
                 "timing": {
                     "generate_s": self.generate_s,
                     "step_s": self.step_s,
                     "tool_latency_s": self.tool_latency_s,
+                    "tool_call_latencies_s": self.tool_latencies_s,
                 },
             },
         )
@@ -229,6 +235,8 @@ async def _step(setup: _Setup, r: _Rollout, env_index: int, generation: Generati
     r.step_s += time.perf_counter() - start
     for tool_info in info.get("tools") or ([info["tool"]] if "tool" in info else []):
         r.tool_latency_s += float(tool_info.get("latency_s", 0.0))
+        r.tool_log.append({"turn": r.turns - 1, **{k: tool_info.get(k) for k in _CALL_FACTS}})
+        r.tool_latencies_s.append(float(tool_info.get("latency_s", 0.0)))
     if terminated or truncated:
         _record_end(r, reward, terminated, truncated, info)
         return
@@ -240,6 +248,9 @@ async def _step(setup: _Setup, r: _Rollout, env_index: int, generation: Generati
         await _end_at_context_limit(setup, r, env_index)
         return
     _append_observation(setup, r, env_index, obs)
+
+
+_CALL_FACTS = ("name", "ok", "error")
 
 
 def _append_observation(setup: _Setup, r: _Rollout, env_index: int, obs: dict) -> None:
@@ -331,13 +342,20 @@ async def stream(
     seed: int = 0,
     mode: str = "async",
     max_context: int | None = None,
+    only: Collection[int] | None = None,
 ) -> AsyncIterator[Trajectory]:
     """Play ``n_samples`` episodes of every task; yield each trajectory as it finishes.
 
     Same arguments as :func:`collect`. Trajectories come in completion order
     (``metadata["rollout_index"]`` gives their place in :func:`collect`'s order).
+    ``only``: play just these rollout indices (``task_index * n_samples + sample``),
+    each exactly as it would be played in the full collection (its seeds depend on its
+    index alone): what an evaluation resumed after a crash needs.
     """
     setup, rollouts = _plan(engine, venv, tasks, n_samples, sampling, seed, mode, max_context)
+    if only is not None:
+        wanted = set(only)
+        rollouts = [r for r in rollouts if r.index in wanted]
     schedule = _async_schedule if mode == "async" else _sync_schedule
     async for r in schedule(setup, rollouts):
         yield r.to_trajectory()

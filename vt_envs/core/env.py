@@ -608,6 +608,11 @@ class ToolEnv(gym.Env[dict, str]):
             self._episode.done = True
         await self._live.aclose()
 
+    @property
+    def answer_tag(self) -> str:
+        """The tag the agent's final answer goes in (``answer``; ``submit`` on VT-SWE-v0)."""
+        return self._answer_tag
+
     # ---------------------------------------------------- Gymnasium wrappers
 
     def bind_step_limit(self, max_episode_steps: int | None) -> None:

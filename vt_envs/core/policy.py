@@ -15,7 +15,14 @@ from typing import Any
 
 from vt_envs.core.task import Task
 
-__all__ = ["EpisodeResult", "OraclePolicy", "Policy", "arun_episode", "run_episode"]
+__all__ = [
+    "AnswerAtOncePolicy",
+    "EpisodeResult",
+    "OraclePolicy",
+    "Policy",
+    "arun_episode",
+    "run_episode",
+]
 
 
 class Policy(abc.ABC):
@@ -32,6 +39,16 @@ class Policy(abc.ABC):
     @abc.abstractmethod
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         """Return the action text for this turn."""
+
+
+class AnswerAtOncePolicy(Policy):
+    """The no-tool baseline: answers on the first turn, with ``answer`` (default empty)."""
+
+    def __init__(self, tag: str = "answer", answer: str = ""):
+        self.tag, self.answer = tag, answer
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        return f"<{self.tag}>{self.answer}</{self.tag}>"
 
 
 class OraclePolicy(Policy):

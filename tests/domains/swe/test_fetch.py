@@ -15,7 +15,7 @@ from vt_envs.domains.swe.fetch import fetch_sdist, unpack_sdist
 from vt_envs.errors import DatasetFormatError
 
 # A build backend in the sdist itself, so pip prepares its metadata with nothing installed.
-BACKEND = '''import os
+BACKEND = """import os
 def get_requires_for_build_wheel(config_settings=None):
     return []
 def prepare_metadata_for_build_wheel(directory, config_settings=None):
@@ -23,7 +23,7 @@ def prepare_metadata_for_build_wheel(directory, config_settings=None):
     with open(os.path.join(directory, "mini_pkg-0.3.1.dist-info", "METADATA"), "w") as f:
         f.write("Metadata-Version: 2.1\\nName: mini-pkg\\nVersion: 0.3.1\\n")
     return "mini_pkg-0.3.1.dist-info"
-'''
+"""
 PYPROJECT = '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
 META = "Metadata-Version: 2.1\nName: mini-pkg\nVersion: 0.3.1\n"
 

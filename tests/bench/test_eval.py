@@ -1,0 +1,148 @@
+"""``vt-bench eval`` through its command line: scripted policies, an OpenAI-compatible
+endpoint (a local fake, chat and completions), the report, and resume after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fake_openai import FakeEndpoint, FakeModel
+
+from vt_bench.__main__ import main as vt_bench
+from vt_bench.evals.openai_api import restore_stop
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _eval(*argv: str) -> dict:
+    assert vt_bench(["eval", *argv, "--no-progress"]) == 0
+    out = Path(argv[argv.index("--out") + 1] if "--out" in argv else argv[-1])
+    return json.loads((out / "summary.json").read_text())
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+
+
+def _without_timing(summary: dict) -> dict:
+    return {
+        **summary,
+        "envs": {
+            e: {k: v for k, v in m.items() if k != "timing"} for e, m in summary["envs"].items()
+        },
+    }
+
+
+def test_the_oracle_solves_and_the_baseline_does_not(tmp_path):
+    ids = ["VT-Lookup-v0", "VT-Math-v0"]
+    oracle = _eval(*ids, "--policy", "oracle", "--tasks", "3", "--samples", "2",
+                   "--out", str(tmp_path / "oracle"))  # fmt: skip
+    baseline = _eval(*ids, "--policy", "no-tool", "--tasks", "3", "--out", str(tmp_path / "base"))
+    for env_id in ids:
+        m = oracle["envs"][env_id]
+        assert (
+            m["episodes"] == 6 and m["accuracy"] == 1.0 and m["pass_at_k"] == {"1": 1.0, "2": 1.0}
+        )
+        assert m["tool_calls_per_episode"] >= 1 and m["tool_error_rate"] == 0.0
+        assert baseline["envs"][env_id]["accuracy"] == 0.0
+        assert baseline["envs"][env_id]["tool_calls_per_episode"] == 0.0
+    records = _records(tmp_path / "oracle")
+    assert {(r["env_id"], r["sample"]) for r in records} == {(e, s) for e in ids for s in (0, 1)}
+    call = next(r for r in records if r["env_id"] == "VT-Lookup-v0")["tool_calls"][0]
+    assert call["name"] == "lookup" and call["ok"] and call["latency_s"] >= 0
+    report = (tmp_path / "oracle" / "REPORT.md").read_text()
+    assert "| VT-Math-v0 | 6 | 1.000" in report and "pass@2" in report
+    for plot in ("reward_by_env", "pass_at_k", "turns", "tool_usage"):
+        assert (tmp_path / "oracle" / f"{plot}.png").read_bytes().startswith(PNG)
+
+
+@pytest.mark.parametrize("api, token_ids", [("chat", True), ("completions", True),
+                                            ("completions", False)])  # fmt: skip
+def test_an_openai_compatible_endpoint_is_evaluated(tmp_path, api, token_ids):
+    model = FakeModel(wrong_every=3, token_ids=token_ids)
+    with FakeEndpoint(model) as url:
+        summary = _eval("VT-Lookup-v0", "--policy", f"openai:{url}", "--model", "fake",
+                        "--api", api, "--tasks", "6", "--samples", "3", "--max-new-tokens", "16",
+                        "--out", str(tmp_path / "run"))  # fmt: skip
+    m = summary["envs"]["VT-Lookup-v0"]
+    # The fake answers wrong exactly when the answering turn's seed is divisible by 3.
+    assert 0.0 < m["accuracy"] < 1.0 and m["pass_at_k"]["3"] >= m["pass_at_k"]["1"]
+    assert m["tool_calls_per_episode"] == 1.0 and m["mean_turns"] == 2.0
+    records = _records(tmp_path / "run")
+    assert len(records) == 18 and all(
+        r["turns"][0]["action"].endswith("</lookup>") for r in records
+    )
+    first = model.bodies[0]
+    assert first["model"] == "fake" and "</lookup>" in first["stop"]
+    assert ("messages" in first) == (api == "chat")
+    if api == "completions":
+        assert all(isinstance(i, int) for i in first["prompt"])
+        assert all(r["token_ids"] for r in records)
+
+
+def test_an_endpoint_that_fails_for_a_while_is_retried(tmp_path):
+    model = FakeModel()
+    model.fail_next = 2
+    with FakeEndpoint(model) as url:
+        summary = _eval("VT-Lookup-v0", "--policy", f"openai:{url}", "--model", "fake",
+                        "--api", "chat", "--tasks", "2", "--concurrency", "1",
+                        "--out", str(tmp_path / "run"))  # fmt: skip
+    assert summary["envs"]["VT-Lookup-v0"]["episodes"] == 2 and model.requests == 6
+
+
+def test_resume_after_a_kill_plays_only_what_is_missing_and_ends_the_same(tmp_path):
+    model = FakeModel(wrong_every=3, delay_s=0.03)
+    args = ["VT-Lookup-v0", "--api", "chat", "--model", "fake", "--tasks", "12",
+            "--samples", "2", "--concurrency", "2", "--no-progress"]  # fmt: skip
+    with FakeEndpoint(model) as url:
+        args += ["--policy", f"openai:{url}"]
+        whole = _eval(*args, "--out", str(tmp_path / "whole"))
+        killed = tmp_path / "killed"
+        command = [sys.executable, "-m", "vt_bench", "eval", *args, "--out", str(killed)]
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        rollouts = killed / "rollouts.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (
+            not rollouts.is_file() or rollouts.read_text().count("\n") < 5
+        ):
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kept = len(RecordLines(rollouts))
+        assert 5 <= kept < 24, kept
+        before = model.requests
+        resumed = _eval("--resume", str(killed))
+        replayed = model.requests - before
+    assert _without_timing(resumed) == _without_timing(whole)
+    assert replayed <= 2 * (24 - kept) + 4  # only the missing rollouts (2 requests each)
+    assert len(_records(killed)) == 24
+
+
+def RecordLines(path: Path) -> list[str]:
+    return [line for line in path.read_text().split("\n")[:-1] if line]
+
+
+def test_resuming_with_another_config_is_refused(tmp_path):
+    _eval("VT-Lookup-v0", "--policy", "oracle", "--tasks", "2", "--out", str(tmp_path))
+    from vt_envs.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="another config"):
+        vt_bench(["eval", "VT-Lookup-v0", "--policy", "oracle", "--tasks", "3",
+                  "--out", str(tmp_path), "--no-progress"])  # fmt: skip
+
+
+def test_a_stripped_stop_string_is_restored():
+    stop = ("</lookup>", "</answer>")
+    assert restore_stop("<lookup>017", stop) == "<lookup>017</lookup>"
+    assert restore_stop("<answer>4</answer>", stop) == "<answer>4</answer>"
+    assert restore_stop("no tag here", stop) == "no tag here"
+    assert restore_stop("<answer>1</answer> then <lookup>2", stop) == (
+        "<answer>1</answer> then <lookup>2</lookup>"
+    )

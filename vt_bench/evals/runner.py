@@ -1,0 +1,492 @@
+"""Run an evaluation: env ids x tasks x samples, one durable record per rollout.
+
+:func:`run_eval` plans every rollout up front — for each env id, ``tasks``
+tasks of its split drawn with the seed, each played ``samples`` times; rollout
+``i`` of an env (``task_index * samples + sample``) always gets the same reset
+and sampling seeds — then plays only the rollouts missing from
+``OUT/rollouts.jsonl`` (all of them on a fresh run; the rest after a crash,
+with ``--resume``), at most ``concurrency`` at a time per env id, appending
+each record as it finishes. The summary, report and plots are computed from
+the records alone, so a resumed run ends with the same ``summary.json`` as
+an uninterrupted one (wall-clock figures, under ``timing``, aside).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vt_bench.evals.metrics import summarize_env
+from vt_bench.evals.policies import PolicySpec, parse_policy
+from vt_bench.evals.records import RecordFile, record_key
+from vt_envs.errors import InvalidConfigError
+
+__all__ = ["EvalConfig", "plan_tasks", "rollout_seed", "run_eval", "summarize"]
+
+
+@dataclass
+class EvalConfig:
+    """Everything that decides what an evaluation plays (saved as ``OUT/config.json``).
+
+    Attributes:
+        env_ids: registered env ids.
+        policy: the ``--policy`` text (see :mod:`vt_bench.evals.policies`).
+        model, api: for ``openai:URL``: the served model's name; ``completions``
+            (token ids) or ``chat`` (messages).
+        tokenizer: the env's tokenizer directory (default: the model directory for
+            ``hf:``/``vllm:``; the shipped one otherwise). With the completions API it
+            must be the served model's.
+        tasks: tasks per env id (at most its split's size), drawn with ``seed``.
+        samples: rollouts per task (``k`` of pass@k).
+        split: the split played (``test``: the held-out one).
+        temperature, top_p, max_new_tokens, max_context: sampling (models only).
+        concurrency: rollouts in flight per env id (sub-envs; model requests batch).
+        env_kwargs: keywords for every env (``{"max_turns": 4}``).
+    """
+
+    env_ids: list[str]
+    policy: str
+    model: str = ""
+    api: str = "completions"
+    tokenizer: str | None = None
+    tasks: int = 20
+    samples: int = 1
+    seed: int = 0
+    split: str = "test"
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    max_context: int | None = 4096
+    concurrency: int = 8
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "samples", "concurrency", "max_new_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidConfigError(f"{name} must be an int >= 1, got {value!r}")
+        if not self.env_ids:
+            raise InvalidConfigError("give at least one env id (or 'all')")
+        parse_policy(self.policy, model=self.model, api=self.api)  # raises if malformed
+
+    @property
+    def spec(self) -> PolicySpec:
+        return parse_policy(self.policy, model=self.model, api=self.api)
+
+    def env_tokenizer(self) -> str | None:
+        spec = self.spec
+        return self.tokenizer or (spec.target if spec.kind in ("hf", "vllm") else None)
+
+
+def rollout_seed(seed: int, index: int, turn: int) -> int:
+    """A 31-bit seed that depends only on (evaluation seed, rollout index, turn)."""
+    return int(np.random.SeedSequence([seed, index, turn + 1]).generate_state(1)[0]) & 0x7FFFFFFF
+
+
+def plan_tasks(tasks: Any, count: int, seed: int) -> list[str]:
+    """``count`` task ids of ``tasks`` (a task source), drawn without replacement with
+    ``seed`` and kept in source order; all of them when it has no more."""
+    size = len(tasks)
+    if count >= size:
+        return [tasks[i].id for i in range(size)]
+    chosen = np.random.default_rng(seed).choice(size, size=count, replace=False)
+    return [tasks[int(i)].id for i in sorted(chosen)]
+
+
+# ---------------------------------------------------------------- records
+
+
+def _record(
+    env_id: str, task_id: str, sample: int, seed: int, policy: str, **fields: Any
+) -> dict[str, Any]:
+    parts = dict(fields.pop("reward_parts") or {})
+    return {
+        "env_id": env_id,
+        "task_id": task_id,
+        "sample": sample,
+        "seed": seed,
+        "policy": policy,
+        "reward": float(fields.pop("reward")),
+        "correct": parts.get("outcome", 0.0) >= 1.0,
+        "reward_parts": parts,
+        **fields,
+        "error": None,
+    }
+
+
+def _tool_calls(turn: int, info: Mapping[str, Any]) -> list[dict[str, Any]]:
+    calls = info.get("tools") or ([info["tool"]] if "tool" in info else [])
+    return [
+        {"turn": turn, **{k: c.get(k) for k in ("name", "ok", "error")},
+         "latency_s": float(c.get("latency_s", 0.0))}
+        for c in calls
+    ]  # fmt: skip
+
+
+def _turn_tokens(mask: Sequence[int], turns: int) -> list[tuple[int, int]]:
+    """``(ids read new, ids written)`` per turn, from a trajectory's loss mask runs."""
+    runs: list[list[int]] = []  # [mask value, length]
+    for m in mask:
+        if runs and runs[-1][0] == m:
+            runs[-1][1] += 1
+        else:
+            runs.append([m, 1])
+    pairs, pending_in = [], 0
+    for value, length in runs:
+        if value == 0:
+            pending_in += length
+        else:
+            pairs.append((pending_in, length))
+            pending_in = 0
+    pairs += [(pending_in, 0)] * max(0, turns - len(pairs))  # turns that wrote nothing
+    return pairs[:turns]
+
+
+# ------------------------------------------------------------------ text policies
+
+
+class _ScriptedAgent:
+    """A :class:`~vt_envs.core.policy.Policy` (oracle, baseline) behind the agent API."""
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+
+    def start(self, obs: Mapping[str, Any], info: Mapping[str, Any], task: Any) -> None:
+        self.policy.reset(task)
+        self.obs, self.info = obs, info
+
+    def observe(self, obs: Mapping[str, Any], info: Mapping[str, Any]) -> None:
+        self.obs, self.info = obs, info
+
+    async def act(self, seed: int) -> tuple[str, str | None]:
+        return self.policy.act(self.obs["text"], self.info), None
+
+
+class _ChatAgent:
+    def __init__(self, chat: Any):
+        self.chat = chat
+
+    def start(self, obs: Mapping[str, Any], info: Mapping[str, Any], task: Any) -> None:
+        self.chat.start(obs, info)
+
+    def observe(self, obs: Mapping[str, Any], info: Mapping[str, Any]) -> None:
+        self.chat.observe(obs, info)
+
+    async def act(self, seed: int) -> tuple[str, str | None]:
+        return await self.chat.act(seed)
+
+
+async def _text_rollout(
+    env: Any, agent: Any, env_id: str, task_id: str, sample: int, index: int, config: EvalConfig
+) -> dict[str, Any]:
+    start = time.perf_counter()
+    seed = rollout_seed(config.seed, index, -1)
+    obs, info = await env.areset(seed=seed, options={"task_id": task_id})
+    agent.start(obs, info, env.unwrapped.task)
+    transcript, turns, calls = [obs["text"]], [], []
+    read, seen = len(obs["tokens"]), int(info["episode_tokens"])
+    turn = 0
+    while True:
+        action, finish = await agent.act(rollout_seed(config.seed, index, turn))
+        obs, reward, terminated, truncated, info = await env.astep(action)
+        written = int(info["episode_tokens"]) - seen - len(obs["tokens"])
+        turns.append({"tokens_in": read, "tokens_out": max(written, 0),
+                      "finish_reason": finish, "action": action})  # fmt: skip
+        calls += _tool_calls(turn, info)
+        transcript += [action, obs["text"]]
+        read, seen = len(obs["tokens"]), int(info["episode_tokens"])
+        turn += 1
+        if terminated or truncated:
+            break
+        agent.observe(obs, info)
+    return _record(
+        env_id, task_id, sample, config.seed, config.spec.label(), rollout_index=index,
+        reward=reward, reward_parts=info.get("reward_parts"),
+        verifier_parts=dict(info.get("verifier_parts") or {}),
+        terminated=bool(terminated), truncated=bool(truncated),
+        truncation=info.get("truncation"), turns=turns, tool_calls=calls,
+        invalid_actions=int(info.get("invalid_actions", 0)),
+        transcript="".join(transcript), token_ids=None,
+        elapsed_s=time.perf_counter() - start,
+    )  # fmt: skip
+
+
+async def _run_text(
+    env_id: str,
+    config: EvalConfig,
+    plan: list[tuple[int, str, int]],
+    make_agent: Callable[[Any], Any],
+    on_record: Callable[[dict[str, Any]], None],
+) -> None:
+    import gymnasium as gym
+
+    width = min(config.concurrency, len(plan))
+    envs = [gym.make(env_id, **_env_kwargs(config)) for _ in range(width)]
+    free: asyncio.Queue[Any] = asyncio.Queue()
+    for env in envs:
+        free.put_nowait(env)
+
+    async def play(index: int, task_id: str, sample: int) -> None:
+        env = await free.get()
+        try:
+            record = await _text_rollout(
+                env, make_agent(env), env_id, task_id, sample, index, config
+            )
+        finally:
+            free.put_nowait(env)
+        on_record(record)
+
+    try:
+        await _gather_all(play(*p) for p in plan)
+    finally:
+        for env in envs:
+            await env.aclose()
+
+
+async def _gather_all(coroutines: Any) -> None:
+    """Run the coroutines; on the first error cancel the rest and raise it."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# ------------------------------------------------------------------ token policies
+
+
+async def _run_tokens(
+    env_id: str,
+    config: EvalConfig,
+    task_ids: list[str],
+    missing: list[int],
+    engine: Any,
+    on_record: Callable[[dict[str, Any]], None],
+) -> None:
+    import vt_envs
+    from vt_envs.core.vector import ToolVectorEnv
+    from vt_train.engines.base import SamplingParams
+    from vt_train.rollout import stream
+
+    width = min(config.concurrency, len(missing))
+    venv = ToolVectorEnv([vt_envs.make(env_id, **_env_kwargs(config)) for _ in range(width)])
+    tokenizer = venv.envs[0].unwrapped.tokenizer
+    sampling = SamplingParams(
+        max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p
+    )
+    try:
+        async for t in stream(
+            engine, venv, task_ids, n_samples=config.samples, sampling=sampling,
+            seed=config.seed, max_context=config.max_context, only=missing,
+        ):  # fmt: skip
+            index = t.metadata["rollout_index"]
+            latencies = t.metadata["timing"]["tool_call_latencies_s"]
+            calls = [{**c, "latency_s": s} for c, s in zip(t.metadata["tool_log"], latencies)]
+            pairs = _turn_tokens(t.loss_mask, t.turns)
+            turns = [
+                {"tokens_in": i, "tokens_out": o, "finish_reason": f, "action": a}
+                for (i, o), f, a in zip(pairs, t.finish_reasons, t.actions)
+            ]
+            timing = t.metadata["timing"]
+            on_record(
+                _record(
+                    env_id, t.task_id, t.metadata["sample"], config.seed, config.spec.label(),
+                    reward=t.reward, reward_parts=t.reward_parts,
+                    verifier_parts=t.metadata.get("verifier_parts", {}),
+                    terminated=t.terminated, truncated=t.truncated,
+                    truncation=t.metadata["truncation"], turns=turns, tool_calls=calls,
+                    invalid_actions=t.invalid_actions,
+                    transcript=tokenizer.decode(t.input_ids), token_ids=list(t.input_ids),
+                    rollout_index=index,
+                    elapsed_s=timing["generate_s"] + timing["step_s"],
+                )
+            )  # fmt: skip
+    finally:
+        await venv.aclose()
+
+
+def _engine(config: EvalConfig) -> Any:
+    spec = config.spec
+    tokenizer = config.env_tokenizer()
+    if spec.kind == "hf":
+        from vt_train.engines.hf import HFEngine
+
+        return HFEngine(spec.target, tokenizer, max_batch_size=config.concurrency, seed=config.seed)
+    if spec.kind == "vllm":
+        from vt_train.engines.vllm import VLLMEngine
+
+        return VLLMEngine(spec.target, tokenizer=tokenizer, seed=config.seed)
+    from vt_bench.evals.openai_api import CompletionsEngine, OpenAIClient
+    from vt_envs.core.tokenizer import load_tokenizer
+
+    client = OpenAIClient(spec.target, api_key=os.environ.get("OPENAI_API_KEY"))
+    return CompletionsEngine(client, spec.model, load_tokenizer(tokenizer))
+
+
+def _env_kwargs(config: EvalConfig) -> dict[str, Any]:
+    kwargs = {"split": config.split, **config.env_kwargs}
+    tokenizer = config.env_tokenizer()
+    if tokenizer is not None:
+        kwargs.setdefault("tokenizer", tokenizer)
+    return kwargs
+
+
+def _text_agents(config: EvalConfig, env_id: str) -> tuple[Callable[[Any], Any], Any]:
+    """A factory of per-episode agents, and the client to close afterwards (or None)."""
+    import vt_envs
+
+    spec = config.spec
+    if spec.kind == "oracle":
+        return (lambda env: _ScriptedAgent(vt_envs.oracle_for(env_id))), None
+    if spec.kind == "no-tool":
+        return (lambda env: _ScriptedAgent(vt_envs.baseline_for(env_id, env))), None
+    from vt_bench.evals.openai_api import ChatAgent, OpenAIClient
+
+    client = OpenAIClient(spec.target, api_key=os.environ.get("OPENAI_API_KEY"))
+
+    def chat(env: Any) -> Any:
+        from vt_train.engines.base import SamplingParams
+
+        params = SamplingParams(
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            stop=tuple(env.stop_strings),
+        )
+        return _ChatAgent(ChatAgent(client, spec.model, params))
+
+    return chat, client
+
+
+# ------------------------------------------------------------------ the run
+
+
+def _resolve_ids(env_ids: Sequence[str]) -> list[str]:
+    import vt_envs
+
+    known = list(vt_envs.registered_envs())
+    ids = known if list(env_ids) == ["all"] else list(env_ids)
+    for env_id in ids:
+        if env_id not in known:
+            raise InvalidConfigError(f"unknown env id {env_id!r}; registered: {known}")
+    return ids
+
+
+def _plan_env(env_id: str, config: EvalConfig) -> list[str]:
+    import vt_envs
+
+    env = vt_envs.make(env_id, **_env_kwargs(config))
+    try:
+        return plan_tasks(env.tasks, config.tasks, config.seed)
+    finally:
+        env.close()
+
+
+def summarize(records: Sequence[Mapping[str, Any]], config: EvalConfig) -> dict[str, Any]:
+    """``summary.json``: the config and each env id's metrics (from the records alone)."""
+    by_env: dict[str, list[Mapping[str, Any]]] = {e: [] for e in config.env_ids}
+    for r in records:
+        if r["env_id"] in by_env:
+            by_env[r["env_id"]].append(r)
+    return {
+        "policy": config.spec.label(),
+        "config": asdict(config),
+        "envs": {env_id: summarize_env(rs) for env_id, rs in by_env.items()},
+    }
+
+
+def run_eval(
+    config: EvalConfig, out: str | os.PathLike[str], *, progress: bool = True
+) -> dict[str, Any]:
+    """Play what is missing from ``out`` (see the module docstring); write
+    ``summary.json``, ``REPORT.md`` and the plots; return the summary.
+
+    Raises:
+        InvalidConfigError: ``out`` holds an evaluation with another config.
+    """
+    from vt_bench.evals.report import write_report
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config.env_ids = _resolve_ids(config.env_ids)
+    saved = out / "config.json"
+    if saved.is_file() and json.loads(saved.read_text()) != asdict(config):
+        raise InvalidConfigError(
+            f"{out} holds an evaluation with another config ({saved}); resume it with "
+            "--resume DIR alone, or choose a new --out"
+        )
+    saved.write_text(json.dumps(asdict(config), indent=2) + "\n")
+    store = RecordFile(out / "rollouts.jsonl")
+    done = {record_key(r) for r in store.read()}
+    plans = {env_id: _plan_env(env_id, config) for env_id in config.env_ids}
+    todo = {
+        env_id: [
+            (t * config.samples + s, task_id, s)
+            for t, task_id in enumerate(task_ids)
+            for s in range(config.samples)
+            if (env_id, task_id, s) not in done
+        ]
+        for env_id, task_ids in plans.items()
+    }
+    total = sum(len(p) for p in plans.values()) * config.samples
+    bar = _progress(total, total - sum(map(len, todo.values())), progress)
+    scores: list[bool] = [bool(r["correct"]) for r in store.read()]
+
+    def on_record(record: dict[str, Any]) -> None:
+        store.append(record)
+        scores.append(bool(record["correct"]))
+        bar.update(1)
+        bar.set_postfix(env=record["env_id"], acc=f"{sum(scores) / len(scores):.3f}")
+
+    try:
+        asyncio.run(_play(config, plans, todo, on_record))
+    finally:
+        bar.close()
+        store.close()
+    summary = summarize(store.read(), config)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_report(summary, out)
+    return summary
+
+
+async def _play(
+    config: EvalConfig,
+    plans: Mapping[str, list[str]],
+    todo: Mapping[str, list[tuple[int, str, int]]],
+    on_record: Callable[[dict[str, Any]], None],
+) -> None:
+    spec = config.spec
+    engine = _engine(config) if spec.token_level and any(todo.values()) else None
+    try:
+        for env_id, plan in todo.items():
+            if not plan:
+                continue
+            if engine is not None:
+                missing = [index for index, _, _ in plan]
+                await _run_tokens(env_id, config, plans[env_id], missing, engine, on_record)
+                continue
+            make_agent, client = _text_agents(config, env_id)
+            try:
+                await _run_text(env_id, config, plan, make_agent, on_record)
+            finally:
+                if client is not None:
+                    await client.aclose()
+    finally:
+        if engine is not None:
+            await engine.aclose()
+
+
+def _progress(total: int, done: int, enabled: bool) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc="rollouts", unit="ep", disable=not enabled)
