@@ -121,8 +121,19 @@ def test_resume_after_a_kill_plays_only_what_is_missing_and_ends_the_same(tmp_pa
         resumed = _eval("--resume", str(killed))
         replayed = model.requests - before
     assert _without_timing(resumed) == _without_timing(whole)
+    assert _plays(killed) == _plays(tmp_path / "whole")  # each rollout itself, not only the sums
     assert replayed <= 2 * (24 - kept) + 4  # only the missing rollouts (2 requests each)
     assert len(_records(killed)) == 24
+
+
+def _plays(out: Path) -> list[dict]:
+    """The records in plan order, without their wall-clock fields."""
+    records = sorted(_records(out), key=lambda r: r["rollout_index"])
+    for r in records:
+        r.pop("elapsed_s")
+        for call in r["tool_calls"]:
+            call.pop("latency_s")
+    return records
 
 
 def RecordLines(path: Path) -> list[str]:

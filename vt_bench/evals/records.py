@@ -8,7 +8,8 @@ ignored when the file is read back; ``--resume`` then runs only the
 
 A record (a JSON object)::
 
-    env_id, task_id, sample, seed, policy    what ran
+    env_id, task_id, sample, seed, policy    what ran (seed: the evaluation's)
+    rollout_index, reset_seed                 its place in the plan; the seed of its reset
     reward, correct, reward_parts             the outcome (correct: reward_parts
                                               ["outcome"] >= 1, the verifier's own)
     verifier_parts                            the verifier's itemization, if any

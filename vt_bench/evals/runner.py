@@ -87,7 +87,9 @@ class EvalConfig:
 
 
 def rollout_seed(seed: int, index: int, turn: int) -> int:
-    """A 31-bit seed that depends only on (evaluation seed, rollout index, turn)."""
+    """A 31-bit seed that depends only on (evaluation seed, rollout index, turn); turn -1
+    is the reset. The same derivation as the trainer's rollouts
+    (:func:`vt_train.rollout.stream`), so token-level records name their real seeds."""
     return int(np.random.SeedSequence([seed, index, turn + 1]).generate_state(1)[0]) & 0x7FFFFFFF
 
 
@@ -209,6 +211,7 @@ async def _text_rollout(
         agent.observe(obs, info)
     return _record(
         env_id, task_id, sample, config.seed, config.spec.label(), rollout_index=index,
+        reset_seed=seed,
         reward=reward, reward_parts=info.get("reward_parts"),
         verifier_parts=dict(info.get("verifier_parts") or {}),
         terminated=bool(terminated), truncated=bool(truncated),
@@ -307,7 +310,7 @@ async def _run_tokens(
                     truncation=t.metadata["truncation"], turns=turns, tool_calls=calls,
                     invalid_actions=t.invalid_actions,
                     transcript=tokenizer.decode(t.input_ids), token_ids=list(t.input_ids),
-                    rollout_index=index,
+                    rollout_index=index, reset_seed=rollout_seed(config.seed, index, -1),
                     elapsed_s=timing["generate_s"] + timing["step_s"],
                 )
             )  # fmt: skip
