@@ -21,6 +21,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Evaluate a policy (oracle, no-tool, HF/vLLM model, OpenAI-compatible endpoint) over "
         "env ids: per-rollout JSONL, --resume, pass@k with intervals, REPORT.md + plots.",
     ),
+    "env-speed": (
+        "vt_bench.env_speed",
+        "Every registered env id with its oracle through gym.make: episodes/s, steps/s, "
+        "reset/step/tool-call p50 and p99.",
+    ),
     "sandbox-speed": (
         "vt_bench.sandbox_speed",
         "Sandbox latency: persistent worker vs fresh subprocess.",
@@ -56,10 +61,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "vt_bench.trainer_speed",
         "Trainer update tokens/s (GRPO, PPO) and HF-engine rollout tokens/s, tiny model, CPU.",
     ),
-    "all": (
-        "vt_bench.report",
-        "Run every benchmark with modest defaults; write OUT/REPORT.md and the JSONs.",
+    "peers-speed": (
+        "vt_bench.peers_speed",
+        "VT vs SkyRL-gym and GEM on the same work (SQL episodes, math grading, answer-only "
+        "episodes, Python tool calls), alternating rounds; --peers DIR of their venvs.",
     ),
+    "speed": (
+        "vt_bench.report",
+        "Run every benchmark with modest defaults (and peers-speed with --peers DIR); write "
+        "OUT/REPORT.md and the JSONs; --readme README.md rewrites its generated tables.",
+    ),
+    "all": ("vt_bench.report", "The same as speed."),
 }
 
 PROG = "python -m vt_bench"

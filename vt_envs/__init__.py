@@ -79,12 +79,14 @@ register_env(
     "VT-Math-v0",
     builder="vt_envs.domains.math:make_math_env",
     oracle="vt_envs.domains.math:MathOracle",
+    baseline="vt_envs.domains.math.oracle:MathNoToolPolicy",
     description="math word/algebra problems with a sandboxed persistent Python interpreter",
 )
 register_env(
     "VT-Search-v0",
     builder="vt_envs.domains.search:make_search_env",
     oracle="vt_envs.domains.search:SearchOracle",
+    baseline="vt_envs.domains.search.oracle:NoSearchPolicy",
     description="retrieval QA: search an embedded FAISS (or BM25) index of Wikipedia, EM reward",
 )
 register_env(

@@ -1,4 +1,4 @@
-"""``python -m vt_bench all``: the report's structure and failure handling (tiny runs)."""
+"""``vt-bench speed`` (``all``): the report's structure and failure handling (tiny runs)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,24 @@ def test_run_all_writes_a_section_per_benchmark_and_survives_a_failure(tmp_path,
 def test_plan_covers_every_benchmark_command():
     from vt_bench.__main__ import COMMANDS
 
-    assert sorted(name for name, _ in PLAN) == sorted(set(COMMANDS) - {"all"})
+    # eval is not a speed benchmark; peers-speed joins the plan with --peers DIR.
+    assert sorted(name for name, _ in PLAN) == sorted(
+        set(COMMANDS) - {"all", "speed", "eval", "peers-speed"}
+    )
+
+
+def test_the_readme_tables_are_rewritten_between_their_markers(tmp_path):
+    from vt_bench.report import README_BEGIN, README_END, readme_block, update_readme
+
+    assert main(["env-speed", "--env-ids", "VT-Lookup-v0", "--episodes", "3", "--seconds", "1",
+                 "--out", str(tmp_path)]) == 0  # fmt: skip
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\n{README_BEGIN}\nold table\n{README_END}\n\nafter\n")
+    update_readme(readme, readme_block(tmp_path, "a machine"))
+    text = readme.read_text()
+    assert "old table" not in text and "| VT-Lookup-v0 |" in text
+    assert text.startswith("# Title") and text.endswith("after\n")
+    assert "`python -m vt_bench env-speed`; a machine." in text
 
 
 def test_all_rejects_an_unknown_benchmark_name(capsys):

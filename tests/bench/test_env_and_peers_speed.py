@@ -1,0 +1,53 @@
+"""Smoke tests of ``env-speed`` and ``peers-speed`` (tiny counts, no timing claims), and
+of the side-by-side machinery with VT's own worker on both sides."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from vt_bench.__main__ import main
+from vt_bench.peers.ab import Worker, WorkerError, alternate
+from vt_bench.peers.work import MATH_PAIRS
+
+
+def test_env_speed_plays_each_oracle_through_gym_make(tmp_path, capsys):
+    argv = ["--env-ids", "VT-Lookup-v0", "VT-Math-v0", "--episodes", "3", "--seconds", "1"]
+    assert main(["env-speed", *argv, "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "env_speed.json").read_text())
+    for env_id in ("VT-Lookup-v0", "VT-Math-v0"):
+        m = report["envs"][env_id]
+        assert m["episodes"] == 3 and m["mean_reward"] == 1.0 and m["steps_per_s"] > 0
+        assert m["tool_call"]["n"] == 3  # one call per oracle episode
+    assert "| VT-Math-v0 |" in capsys.readouterr().out
+
+
+def test_alternating_rounds_time_each_side_and_keep_its_checks():
+    params = {"pairs": MATH_PAIRS}
+    a, b = (
+        Worker(sys.executable, "vt_grade.py", params),
+        Worker(sys.executable, "vt_grade.py", params),
+    )
+    try:
+        result = alternate(a, b, n=len(MATH_PAIRS), rounds=3)
+    finally:
+        a.close(), b.close()
+    assert len(result["rates"]["vt"]) == len(result["rates"]["peer"]) == 3
+    assert result["checks"]["vt"] == result["checks"]["peer"]  # the same verdicts
+    # MATH_PAIRS holds 3 wrong answers; VT's verifier must reject exactly those.
+    assert result["checks"]["vt"][0] == len(MATH_PAIRS) - 3
+    assert result["ratio"] == pytest.approx(result["vt_per_s"] / result["peer_per_s"])
+
+
+def test_a_worker_that_cannot_import_its_library_is_reported():
+    with pytest.raises(WorkerError, match="ModuleNotFoundError"):
+        Worker(sys.executable, "gem_grade.py", {"pairs": []})  # no GEM in VT's venv
+
+
+def test_without_peers_every_comparison_is_skipped_with_the_reason(tmp_path, capsys):
+    assert main(["peers-speed", "--peers", str(tmp_path / "none"), "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "peers_speed.json").read_text())
+    assert all("skipped" in r for r in report["comparisons"].values())
+    assert "no SkyRL-gym venv" in capsys.readouterr().out
