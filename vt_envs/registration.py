@@ -58,7 +58,7 @@ class EnvRegistration:
         oracle: ``"module:Class"`` of its :class:`~vt_envs.core.policy.OraclePolicy`.
         description: one line for tables and ``--help``.
         baseline: ``"module:Class"`` of a no-tool :class:`~vt_envs.core.policy.Policy`
-            (answers without calling a tool); ``None``: :class:`AnswerAtOncePolicy`.
+            (answers without calling a tool); ``None``: ``AnswerAtOncePolicy``.
         kwargs: defaults passed to the builder (overridden by ``gym.make`` kwargs).
     """
 
@@ -177,7 +177,7 @@ def make_vec(env_id: str, num_envs: int = 1, **kwargs: Any) -> ToolVectorEnv:
 
 def baseline_for(env_id: str, env: Any = None) -> Any:
     """A new no-tool baseline policy for ``env_id``: its registered one, else one that
-    answers at once with an empty answer in ``env``'s answer tag (``<answer></answer>``)."""
+    answers at once with ``unknown`` in ``env``'s answer tag (``<answer>unknown</answer>``)."""
     from vt_envs.core.policy import AnswerAtOncePolicy
 
     registration = _lookup(env_id)

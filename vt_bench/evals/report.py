@@ -30,7 +30,8 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     lines = [
         f"# Evaluation: {summary['policy']}",
         "",
-        f"{config['tasks']} tasks x {config['samples']} samples per env id on the "
+        f"{config['tasks']} tasks x {config['samples']} "
+        f"sample{'s' if config['samples'] != 1 else ''} per env id on the "
         f"`{config['split']}` split, seed {config['seed']}"
         + (
             ""

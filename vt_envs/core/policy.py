@@ -42,9 +42,10 @@ class Policy(abc.ABC):
 
 
 class AnswerAtOncePolicy(Policy):
-    """The no-tool baseline: answers on the first turn, with ``answer`` (default empty)."""
+    """The no-tool baseline: answers on the first turn, with ``answer`` (an empty answer
+    would not parse as one)."""
 
-    def __init__(self, tag: str = "answer", answer: str = ""):
+    def __init__(self, tag: str = "answer", answer: str = "unknown"):
         self.tag, self.answer = tag, answer
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
