@@ -11,7 +11,10 @@ comparison whose peer virtualenv is in ``DIR``:
 - ``math-episodes``: answer-only VT-Math-v0 episodes vs GEM MathEnv's on the same
   questions, episodes/s;
 - ``python-tool``: a call to VT's sandboxed persistent Python vs SkyRL-gym's python
-  tool (a fresh ``python -c`` each, unsandboxed), calls/s.
+  tool (a fresh ``python -c`` each, unsandboxed), calls/s;
+- ``grpo-step``: a GRPO step (generation + update) of VT's trainer vs TRL's
+  ``GRPOTrainer`` from the same tiny model directory, with the same prompts, group
+  size, completion length and learning rate, KL off, one thread each; steps/s.
 
 A comparison whose peer is missing or fails to import is listed as skipped with
 the reason; nothing is installed. Prints Markdown, writes ``peers_speed.json``.
@@ -77,6 +80,28 @@ def _codes(work: Path) -> dict[str, Any]:
     return {"codes": PYTHON_CODES}
 
 
+GRPO_WORKLOAD = {"prompts_per_step": 8, "group": 8, "max_new_tokens": 16, "lr": 1e-4}
+
+
+def _grpo(work: Path) -> dict[str, Any]:
+    """The tiny model directory both trainers start from, and VT-Lookup-v0 prompts as the
+    text VT's env renders them (TRL samples completions of the same text)."""
+    import vt_envs
+    from vt_train.model import TinyModelConfig, build_tiny_model, save_pretrained_with_tokenizer
+
+    model_dir = save_pretrained_with_tokenizer(
+        build_tiny_model(TinyModelConfig()), None, work / "grpo-model"
+    )
+    env = vt_envs.make("VT-Lookup-v0", split="train")
+    prompts = []
+    for i in range(GRPO_WORKLOAD["prompts_per_step"]):
+        obs, _ = env.reset(options={"task_id": env.tasks[i].id})
+        prompts.append({"text": obs["text"], "gold": str(env.task.gold)})
+    env.close()
+    return {**GRPO_WORKLOAD, "model_dir": str(model_dir), "prompts": prompts,
+            "out": str(work / "trl-out")}  # fmt: skip
+
+
 COMPARISONS: tuple[Comparison, ...] = (
     Comparison("sql-simple", "VT-SQL-v0 vs text2sql, simple-query episodes", "skyrl",
                "SkyRL-gym", "vt_sql.py", "skyrl_sql.py", _sql("simple"), 80, "steps"),
@@ -91,13 +116,15 @@ COMPARISONS: tuple[Comparison, ...] = (
                "vt_math_episode.py", "gem_math_episode.py", _problems, 40, "episodes"),
     Comparison("python-tool", "a Python tool call (VT: sandboxed, persistent)", "skyrl",
                "SkyRL-gym", "vt_python.py", "skyrl_python.py", _codes, 40, "calls"),
+    Comparison("grpo-step", "a GRPO step, tiny Qwen2, 8 prompts x 8, 16 new tokens", "trl",
+               "TRL", "vt_grpo.py", "trl_grpo.py", _grpo, 2, "steps"),
 )  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peers", type=Path, default=os.environ.get("VT_PEERS"),
-        help="directory holding the peers' venvs (skyrl/, gem/); default $VT_PEERS",
+        help="directory holding the peers' venvs (skyrl/, gem/, trl/); default $VT_PEERS",
     )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per comparison")
     parser.add_argument(

@@ -1,8 +1,9 @@
 """The worker side of :mod:`vt_bench.peers.ab` (stdlib only: it runs in peers' venvs).
 
 ``serve(setup, run)``: ``setup(params) -> state`` once; ``run(state, n) -> (items,
-check)`` per round, timed here. Anything the libraries print goes to stderr, so
-stdout carries only the replies.
+check)`` per round, timed here (or ``(items, check, seconds)`` when the worker times
+only part of its run, as a trainer timing its steps and not its start-up does).
+Anything the libraries print goes to stderr, so stdout carries only the replies.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ def serve(setup, run) -> None:
                 reply = {"ok": True}
             else:
                 start = time.perf_counter()
-                items, check = run(state, int(message["n"]))
-                reply = {"seconds": time.perf_counter() - start, "items": items, "check": check}
+                items, check, *timed = run(state, int(message["n"]))
+                seconds = timed[0] if timed else time.perf_counter() - start
+                reply = {"seconds": seconds, "items": items, "check": check}
         except Exception:  # reported to the driver, which raises it
             reply = {"error": traceback.format_exc()}
         replies.write(json.dumps(reply) + "\n")
