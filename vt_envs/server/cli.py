@@ -52,7 +52,9 @@ def serve_worker(host: str, port: int, workers: list[str], args: argparse.Namesp
     )
     uvicorn.run(
         create_app(server), host=host, port=port, log_level=args.log_level, access_log=False,
-        timeout_graceful_shutdown=5,
+        # Longer than clients keep idle connections (2 s), so a client never reuses one the
+        # server is closing (a ReadError that a non-idempotent call could not retry).
+        timeout_keep_alive=30, timeout_graceful_shutdown=5,
     )  # fmt: skip
 
 

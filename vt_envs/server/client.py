@@ -78,6 +78,7 @@ class ToolServerClient:
                 limits=httpx.Limits(
                     max_connections=self.max_connections,
                     max_keepalive_connections=self.max_connections,
+                    keepalive_expiry=2.0,  # well under the server's 30 s: no stale reuse
                 ),
             )
             self._clients[loop] = client
