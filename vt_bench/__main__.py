@@ -61,6 +61,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "vt_bench.trainer_speed",
         "Trainer update tokens/s (GRPO, PPO) and HF-engine rollout tokens/s, tiny model, CPU.",
     ),
+    "server-speed": (
+        "vt_bench.server_speed",
+        "Remote tools via vt-tool-server on loopback: added env.step latency (p50/p99) and "
+        "calls/s at 1-512 in flight.",
+    ),
     "peers-speed": (
         "vt_bench.peers_speed",
         "VT vs SkyRL-gym and GEM on the same work (SQL episodes, math grading, answer-only "

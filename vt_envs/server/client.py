@@ -24,6 +24,7 @@ import os
 import time
 import uuid
 import weakref
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,39 +51,50 @@ class _Failure(Exception):
 
 
 class ToolServerClient:
-    """A pooled HTTP client of one tool server (one ``httpx.AsyncClient`` per event loop).
+    """Pooled HTTP clients of one tool server, per event loop.
+
+    Requests are spread over ``shards`` ``httpx.AsyncClient`` pools of
+    ``connections_per_shard`` connections each, by their URL (so a session's
+    calls reuse one pool): httpcore's pool assigns requests in time quadratic in
+    its size, so one pool of 512 connections would spend more time choosing a
+    connection than the server spends answering.
 
     Args:
         url: any worker's base URL (``http://127.0.0.1:8100``).
         token: the shared secret (default ``$VT_TOOL_SERVER_TOKEN``).
     """
 
-    def __init__(self, url: str, *, token: str | None = None, max_connections: int = 512):
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        shards: int = 16,
+        connections_per_shard: int = 32,
+    ):
         if not url.startswith(("http://", "https://")):
             raise InvalidConfigError(f"tool_server must be an http(s) URL, got {url!r}")
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get(TOKEN_ENV)
-        self.max_connections = max_connections
+        self.shards, self.connections_per_shard = shards, connections_per_shard
         self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._workers: list[str] | None = None
 
-    def _http(self) -> Any:
+    def _http(self, url: str) -> Any:
         import httpx
 
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
+        pools = self._clients.get(loop)
+        if pools is None:
             headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-            client = httpx.AsyncClient(
-                headers=headers,
-                limits=httpx.Limits(
-                    max_connections=self.max_connections,
-                    max_keepalive_connections=self.max_connections,
-                    keepalive_expiry=2.0,  # well under the server's 30 s: no stale reuse
-                ),
+            limits = httpx.Limits(
+                max_connections=self.connections_per_shard,
+                max_keepalive_connections=self.connections_per_shard,
+                keepalive_expiry=2.0,  # well under the server's 30 s: no stale reuse
             )
-            self._clients[loop] = client
-        return client
+            pools = [httpx.AsyncClient(headers=headers, limits=limits) for _ in range(self.shards)]
+            self._clients[loop] = pools
+        return pools[zlib.crc32(url.encode()) % len(pools)]
 
     async def request(
         self, method: str, url: str, body: Mapping[str, Any] | None, timeout_s: float
@@ -91,7 +103,7 @@ class ToolServerClient:
         import httpx
 
         try:
-            reply = await self._http().request(
+            reply = await self._http(url).request(
                 method, url, json=None if body is None else dict(body), timeout=timeout_s
             )
         except httpx.ConnectError as exc:
@@ -118,8 +130,7 @@ class ToolServerClient:
         return self._workers
 
     async def aclose(self) -> None:
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
+        for client in self._clients.pop(asyncio.get_running_loop(), None) or ():
             await client.aclose()
 
 
