@@ -172,14 +172,32 @@ def make(env_id: str | gym.envs.registration.EnvSpec, **kwargs: Any) -> ToolEnv:
     return env
 
 
-def make_vec(env_id: str, num_envs: int = 1, **kwargs: Any) -> ToolVectorEnv:
+def make_vec(
+    env_id: str,
+    num_envs: int = 1,
+    *,
+    backend: str = "local",
+    ray_options: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> ToolVectorEnv:
     """Build a :class:`ToolVectorEnv` of ``num_envs`` copies of ``env_id``.
 
-    ``gym.make_vec(env_id, num_envs)`` calls this too (it is the ids'
-    vector entry point).
+    ``backend="local"``: the sub-envs live in this process. ``"ray"``: in Ray
+    actors (:func:`~vt_envs.core.ray_backend.make_ray_vector_env`;
+    ``ray_options``: ``actors``, ``max_restarts``, ``max_concurrency``), behind
+    the same API. ``gym.make_vec(env_id, num_envs)`` calls this too (it is the
+    ids' vector entry point).
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise InvalidConfigError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    if backend == "ray":
+        from vt_envs.core.ray_backend import make_ray_vector_env
+
+        return make_ray_vector_env(env_id, num_envs, **dict(ray_options or {}), **kwargs)
+    if backend != "local":
+        raise InvalidConfigError(f"backend must be 'local' or 'ray', got {backend!r}")
+    if ray_options:
+        raise InvalidConfigError("ray_options= applies to backend='ray' only")
     return ToolVectorEnv([make(env_id, **kwargs) for _ in range(num_envs)])
 
 

@@ -49,6 +49,10 @@ class EnvConfig:
         eval_episodes: held-out episodes per evaluation.
         eval_temperatures: decoding temperatures evaluated each time; 0 is
             greedy (metrics ``eval/...``), others log as ``eval_t{T}/...``.
+        backend: where the sub-envs live: ``local`` (this process) or ``ray``
+            (Ray actors; see :mod:`vt_envs.core.ray_backend`).
+        ray: options of the Ray backend: ``actors``, ``max_restarts``,
+            ``max_concurrency``.
     """
 
     id: str = "VT-Lookup-v0"
@@ -56,6 +60,12 @@ class EnvConfig:
     eval_split: str = "test"
     eval_episodes: int = 100
     eval_temperatures: tuple[float, ...] = (0.0,)
+    backend: str = "local"
+    ray: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("local", "ray"):
+            raise InvalidConfigError(f"env.backend must be 'local' or 'ray', got {self.backend!r}")
 
 
 @dataclass

@@ -51,7 +51,6 @@ import yaml
 import vt_envs
 from vt_envs.core.loop import run_sync
 from vt_envs.core.tokenizer import load_tokenizer
-from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.errors import InvalidConfigError
 from vt_train.algorithms import (
     ADVANTAGES,
@@ -264,23 +263,20 @@ class Trainer:
         if self.vision:  # the envs expand images as this policy's processor does
             env_kwargs.setdefault("processor", str(self.processor_dir))
         batch = config.rollout.tasks_per_step // self.world * config.rollout.n
-        self.train_env = ToolVectorEnv(
-            [
-                vt_envs.make(config.env.id, split="train", tokenizer=self.tokenizer, **env_kwargs)
-                for _ in range(batch)
-            ]
+        where = {"backend": config.env.backend}
+        if config.env.backend == "ray":
+            where["ray_options"] = dict(config.env.ray)
+        self.train_env = vt_envs.make_vec(
+            config.env.id, batch, **where, split="train", tokenizer=self.tokenizer, **env_kwargs
         )
         eval_width = min(config.env.eval_episodes, 64)
-        self.eval_env = ToolVectorEnv(
-            [
-                vt_envs.make(
-                    config.env.id,
-                    split=config.env.eval_split,
-                    tokenizer=self.tokenizer,
-                    **env_kwargs,
-                )
-                for _ in range(eval_width)
-            ]
+        self.eval_env = vt_envs.make_vec(
+            config.env.id,
+            eval_width,
+            **where,
+            split=config.env.eval_split,
+            tokenizer=self.tokenizer,
+            **env_kwargs,
         )
         check_same_tokenizer(
             [
