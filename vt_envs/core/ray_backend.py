@@ -141,7 +141,7 @@ class RemoteSubEnv:
         if self.closed:
             return
         self.closed = True
-        if not self.j == 0:
+        if self.j != 0:
             return
         import ray
         from ray.exceptions import RayActorError
