@@ -8,7 +8,9 @@ Starts a server (``--workers`` processes) and measures, in one run:
   service itself) and VT-Math-v0's ``python`` (a sandboxed call), p50/p99 and
   the added p50;
 - ``throughput``: calls/s of ``lookup`` sessions at 1, 8, 64 and 512 calls in
-  flight from one client process (one session per in-flight call).
+  flight from one client process (one session per in-flight call);
+- ``ray_vs_local``: batch steps/s of a VT-Math-v0 vector env with its sub-envs in
+  this process and in two Ray actors (when Ray is installed).
 
 Prints Markdown and writes ``server_speed.json`` to ``--out``.
 """
@@ -130,6 +132,39 @@ async def _throughput(url: str, calls: int, inflight: int) -> dict[str, Any]:
     return {"inflight": inflight, "calls": done, "calls_per_s": done / wall, "failures": failures}
 
 
+def _vector_steps(backend: str, num_envs: int, steps: int) -> float:
+    """Batch steps/s of VT-Math-v0 sub-envs (a python call, then the answer, resets
+    included) with the sub-envs here or in Ray actors."""
+    import vt_envs
+
+    options = {"ray_options": {"actors": 2}} if backend == "ray" else {}
+    venv = vt_envs.make_vec("VT-Math-v0", num_envs, backend=backend, split="test", **options)
+    try:
+        venv.reset(seed=0)
+        actions = ["<python>print(6 * 7)</python>", "<answer>42</answer>"]
+        venv.step([actions[0]] * num_envs)  # warm-up
+        start = time.perf_counter()
+        for i in range(steps):
+            venv.step([actions[(i + 1) % 2]] * num_envs)
+        return steps * num_envs / (time.perf_counter() - start)
+    finally:
+        venv.close()
+
+
+def _ray_vs_local(num_envs: int, steps: int) -> dict[str, Any] | None:
+    try:
+        import ray
+    except ImportError:
+        return None
+    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
+    try:
+        rates = {b: _vector_steps(b, num_envs, steps) for b in ("local", "ray")}
+    finally:
+        ray.shutdown()
+    return {"num_envs": num_envs, "steps": steps,
+            **{f"{b}_steps_per_s": r for b, r in rates.items()}}  # fmt: skip
+
+
 def run_benchmark(steps: int, calls: int, inflight: list[int], workers: int) -> dict[str, Any]:
     proc, url = _start_server(workers)
     try:
@@ -141,7 +176,9 @@ def run_benchmark(steps: int, calls: int, inflight: list[int], workers: int) -> 
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=15)
-    return {"workers": workers, "overhead": overhead, "throughput": throughput}
+    ray_vs_local = _ray_vs_local(8, max(steps // 10, 4))
+    return {"workers": workers, "overhead": overhead, "throughput": throughput,
+            "ray_vs_local": ray_vs_local}  # fmt: skip
 
 
 def render(report: dict[str, Any]) -> str:
@@ -162,6 +199,11 @@ def render(report: dict[str, Any]) -> str:
         rows.append(
             f"| {t['inflight']} | {t['calls']} | {t['calls_per_s']:,.0f} | {t['failures']} |"
         )
+    r = report.get("ray_vs_local")
+    if r:
+        rows += ["", f"VT-Math-v0 vector env, {r['num_envs']} sub-envs (a python call, then the "
+                 f"answer): local {r['local_steps_per_s']:.1f} sub-env steps/s, Ray actors "
+                 f"{r['ray_steps_per_s']:.1f}."]  # fmt: skip
     return "\n".join(rows)
 
 

@@ -16,4 +16,6 @@ def test_server_speed_runs_and_writes_json(tmp_path, capsys):
         assert m["local"]["n"] == m["remote"]["n"] == 6
     assert [t["inflight"] for t in report["throughput"]] == [1, 8]
     assert all(t["failures"] == 0 and t["calls"] == 16 for t in report["throughput"])
+    ray = report["ray_vs_local"]
+    assert ray is None or (ray["local_steps_per_s"] > 0 and ray["ray_steps_per_s"] > 0)
     assert "| python |" in capsys.readouterr().out

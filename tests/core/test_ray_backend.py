@@ -131,3 +131,26 @@ def test_an_unknown_backend_is_refused():
 
     with pytest.raises(InvalidConfigError, match="backend"):
         vt_envs.make_vec("VT-Lookup-v0", 2, backend="dask")
+
+
+def test_the_trainer_takes_env_backend_ray(tmp_path):
+    import torch
+
+    from vt_train.config import load_config
+    from vt_train.trainer import Trainer
+
+    torch.set_num_threads(1)
+    config = load_config(None, [
+        "algo=grpo", "env.id=VT-Lookup-v0", "env.backend=ray", "env.ray={actors: 2}",
+        "rollout.engine=hf", "rollout.tasks_per_step=2", "rollout.n=2",
+        "rollout.max_new_tokens=8", "steps=1", "eval_every=1", "env.eval_episodes=2",
+        "optim.minibatch_size=4", "optim.micro_batch_size=4", "torch_threads=1",
+        "deepspeed={zero_stage: 0, bf16: false, torch_adam: true}", f"output_dir={tmp_path}",
+    ])  # fmt: skip
+    trainer = Trainer(config)
+    try:
+        assert hasattr(trainer.train_env, "ray_actors") and trainer.train_env.num_envs == 4
+        result = trainer.train(progress=False)
+    finally:
+        trainer.close()
+    assert result["after"]["eval/mean_turns"] >= 1

@@ -155,6 +155,23 @@ class RemoteSubEnv:
             await self.template.aclose()
 
 
+def _portable_tokenizer(tokenizer: Any) -> Any:
+    """``tokenizer`` as what every actor can load: ``None`` (the default), or its directory."""
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        return tokenizer
+    inner = getattr(tokenizer, "_tokenizer", None)
+    for name in (getattr(tokenizer, "name", None), getattr(tokenizer, "name_or_path", None),
+                 getattr(inner, "name_or_path", None)):  # fmt: skip
+        if name == "vt-bpe-2048":
+            return None
+        if isinstance(name, str) and name and os.path.isfile(os.path.join(name, "tokenizer.json")):
+            return name
+    raise InvalidConfigError(
+        f"backend='ray': the actors load the tokenizer themselves, but {tokenizer!r} has no "
+        "directory to load it from; pass tokenizer='path/to/tokenizer_dir'"
+    )
+
+
 def make_ray_vector_env(
     env_id: str,
     num_envs: int,
@@ -189,6 +206,8 @@ def make_ray_vector_env(
     actors = actors or max(1, -(-num_envs // 16))
     if not 1 <= actors <= num_envs:
         raise InvalidConfigError(f"actors must be in [1, num_envs={num_envs}], got {actors}")
+    if "tokenizer" in kwargs:  # actors load it themselves: a tokenizer object may not pickle
+        kwargs["tokenizer"] = _portable_tokenizer(kwargs["tokenizer"])
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
     template = vt_envs.make(env_id, **kwargs)
