@@ -106,3 +106,30 @@ def test_describe_names_the_active_and_the_inactive_layers():
     with pytest.warns(UnsafeSandboxWarning):
         unsafe = describe(SandboxPolicy(isolation=UNSAFE_ISOLATION))
     assert unsafe["sandboxed"] is False and "every isolation layer" in unsafe["inactive"]
+
+
+@pytest.mark.parametrize("sent", [0, 100])
+def test_a_sandbox_whose_parent_dies_before_sending_its_program_exits(sent):
+    """The loader reads inside.py from stdin; at EOF (the parent died mid-start) it must exit
+    at once, not spin: nothing limits it yet (no rlimit, no cgroup)."""
+    import subprocess
+    import time
+
+    from vt_envs.sandbox.isolation import INSIDE_SOURCE, resolve_isolation
+    from vt_envs.sandbox.policy import SandboxPolicy
+
+    isolation = resolve_isolation(SandboxPolicy())
+    r, w = os.pipe()
+    argv = isolation.command(w, "/tmp/work")
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, pass_fds=(w,), start_new_session=True)
+    os.close(w)
+    proc.stdin.write(INSIDE_SOURCE[:sent])  # a partial program, then the parent is gone
+    proc.stdin.close()
+    start = time.monotonic()
+    try:
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+        os.close(r)
+    assert code != 0 and time.monotonic() - start < 10
