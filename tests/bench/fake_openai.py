@@ -44,7 +44,7 @@ class FakeModel:
         self.bodies: list[dict[str, Any]] = []
 
     def reply(self, conversation: str, seed: int | None) -> str:
-        outputs = re.findall(r"<\|im_start\|>tool\n([^<\n]+)", conversation)
+        outputs = re.findall(r"<\|im_start\|>(?:tool|user)\n([^<\n]+)", conversation)
         key = re.search(r"key (\d+)\?", conversation)
         if key and "assistant\n<lookup>" not in conversation:
             return f"<lookup>{key.group(1)}</lookup>"

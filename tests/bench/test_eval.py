@@ -81,6 +81,10 @@ def test_an_openai_compatible_endpoint_is_evaluated(tmp_path, api, token_ids):
     first = model.bodies[0]
     assert first["model"] == "fake" and "</lookup>" in first["stop"]
     assert ("messages" in first) == (api == "chat")
+    if api == "chat":  # what strict servers accept: standard fields and roles only
+        assert "include_stop_str_in_output" not in first and "skip_special_tokens" not in first
+        roles = {m["role"] for body in model.bodies for m in body["messages"]}
+        assert roles <= {"system", "user", "assistant"}
     if api == "completions":
         assert all(isinstance(i, int) for i in first["prompt"])
         assert all(r["token_ids"] for r in records)
@@ -94,6 +98,28 @@ def test_an_endpoint_that_fails_for_a_while_is_retried(tmp_path):
                         "--api", "chat", "--tasks", "2", "--concurrency", "1",
                         "--out", str(tmp_path / "run"))  # fmt: skip
     assert summary["envs"]["VT-Lookup-v0"]["episodes"] == 2 and model.requests == 6
+
+
+def test_a_rollout_the_endpoint_gives_up_on_is_recorded_and_the_run_goes_on(tmp_path):
+    model = FakeModel()
+    model.fail_next = 2 * 4  # every attempt (1 + 3 retries) of the first two rollouts
+    with FakeEndpoint(model) as url:
+        summary = _eval("VT-Lookup-v0", "--policy", f"openai:{url}", "--model", "fake",
+                        "--api", "chat", "--tasks", "4", "--concurrency", "1",
+                        "--out", str(tmp_path / "run"))  # fmt: skip
+    m = summary["envs"]["VT-Lookup-v0"]
+    assert m["episodes"] == 4 and m["errors"] == 2 and m["truncations"] == {"error": 2}
+    failed = [r for r in _records(tmp_path / "run") if r["error"]]
+    assert len(failed) == 2 and all("EndpointError" in r["error"] for r in failed)
+
+
+def test_a_token_in_env_kwargs_is_refused():
+    from vt_bench.evals.runner import EvalConfig
+    from vt_envs.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="VT_TOOL_SERVER_TOKEN"):
+        EvalConfig(env_ids=["VT-Lookup-v0"], policy="oracle",
+                   env_kwargs={"tool_server_token": "x"})  # fmt: skip
 
 
 def test_resume_after_a_kill_plays_only_what_is_missing_and_ends_the_same(tmp_path):

@@ -154,3 +154,23 @@ def test_the_trainer_takes_env_backend_ray(tmp_path):
     finally:
         trainer.close()
     assert result["after"]["eval/mean_turns"] >= 1
+
+
+def test_an_actor_that_dies_between_calls_ends_the_episode_at_the_next_step():
+    venv = vt_envs.make_vec("VT-Lookup-v0", 2, backend="ray", ray_options={"actors": 1},
+                            split="test")  # fmt: skip
+    try:
+
+        async def scenario():
+            obs, _ = await venv.areset_at(0, seed=0)
+            ray.kill(venv.ray_actors[0], no_restart=False)  # the policy is "generating"
+            await asyncio.sleep(1.0)
+            step = await venv.astep_at(0, _lookup_action(obs["text"]))
+            again, _ = await venv.areset_at(0, seed=1)  # the restarted actor serves it
+            return step, again
+
+        (obs, reward, terminated, truncated, info), again = asyncio.run(scenario())
+        assert truncated and info["truncation"] == "actor_died" and info["actor_sub_envs"] == [0, 1]
+        assert len(again["tokens"]) > 0
+    finally:
+        venv.close()

@@ -293,3 +293,50 @@ def test_500_concurrent_sessions_get_their_own_answers(server):
 def test_an_env_whose_verifier_reads_its_tools_cannot_be_remote(server):
     with pytest.raises(InvalidConfigError, match="working copy"):
         gym.make("VT-SWE-v0", tool_server=server.url)
+
+
+def test_workers_are_reached_at_the_host_the_client_was_given(server):
+    from vt_envs.server.client import ToolServerClient
+
+    client = ToolServerClient(f"http://localhost:{server.port}", token=TOKEN)
+
+    async def ask():
+        try:
+            return await client.workers()
+        finally:
+            await client.aclose()
+
+    # The server names itself 127.0.0.1 (as it would 0.0.0.0); the client keeps "localhost".
+    assert asyncio.run(ask()) == [f"http://localhost:{server.port + i}" for i in range(2)]
+
+
+def test_a_call_racing_the_reaper_never_runs_on_a_closing_session():
+    async def scenario():
+        server = ToolServer(lease_s=60)
+        env = vt_envs.make("VT-Math-v0", split="test")
+        from vt_envs.server.protocol import encode_task
+
+        body = {"env_id": "VT-Math-v0", "env_kwargs": {"split": "test"}, "tool": "python",
+                "task": encode_task(env.tasks[0])}  # fmt: skip
+        a = (await server.open({**body, "episode": "a"}))["session"]
+        b = (await server.open({**body, "episode": "b"}))["session"]
+        tool = server.sessions[a].tool
+        real_close = tool.close_session
+
+        async def slow_close(state):  # widen the window between the two closes
+            await asyncio.sleep(0.3)
+            await real_close(state)
+
+        tool.close_session = slow_close
+        for sid in (a, b):
+            server.sessions[sid].expires = 0.0
+        reaping = asyncio.ensure_future(server.reap())
+        await asyncio.sleep(0.1)  # the reaper is closing a; b must already be unknown
+        answer = await server.call(b, {"arguments": {"code": "print(1)"}, "timeout_s": 5})
+        assert await reaping == 2
+        tool.close_session = real_close
+        await server.stop()
+        env.close()
+        return answer
+
+    assert asyncio.run(scenario()) is None  # 404: session lost, not a call on a closed one

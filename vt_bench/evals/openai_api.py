@@ -14,10 +14,12 @@ Two ways to talk to one, chosen with ``--api``:
   (``info["messages"]`` at reset, ``info["message"]`` after each step), images
   sent as PNG data URLs; the reply's text is the action.
 
-The env's stop strings are passed as ``stop`` with vLLM's
-``include_stop_str_in_output``; a server that still strips one (the OpenAI
-API does) has it restored: a closing tag whose opening tag is left open at
-the end of the text is appended. Requests are retried on connection errors,
+The env's stop strings are passed as ``stop`` (with vLLM's
+``include_stop_str_in_output`` on the completions API; the chat API gets
+standard fields only, and the env's ``tool`` messages as ``user`` ones, which
+strict servers require); a server that strips a stop string has it restored:
+a closing tag whose opening tag is left open at the end of the text is
+appended. Requests are retried on connection errors,
 timeouts, 429 and 5xx (they are idempotent: same body, same seed) with
 exponential backoff; other HTTP errors raise :class:`EndpointError` at once.
 """
@@ -82,6 +84,9 @@ class OpenAIClient:
                 last = f"HTTP {reply.status_code}: {reply.text[:500]}"
                 if reply.status_code not in _RETRY_STATUS:
                     break
+                asked = reply.headers.get("retry-after", "")
+                if asked.replace(".", "", 1).isdigit():  # the server says when to come back
+                    delay = max(delay, min(float(asked), 60.0))
             if attempt < self.retries:
                 await asyncio.sleep(delay)
                 delay *= 2
@@ -207,7 +212,10 @@ class ChatAgent:
             "messages": self.messages,
             **_sampling_body(replace(self.params, seed=seed)),
         }
-        body.pop("skip_special_tokens")
+        # Standard fields only: strict servers (the OpenAI API) refuse vLLM's extras; a
+        # stripped stop string is restored below.
+        for extra in ("skip_special_tokens", "include_stop_str_in_output"):
+            body.pop(extra)
         reply = await self.client.post("/chat/completions", body)
         choice = reply["choices"][0]
         text = restore_stop(choice["message"].get("content") or "", self.params.stop)
@@ -215,9 +223,12 @@ class ChatAgent:
         return text, str(choice.get("finish_reason") or "stop")
 
     def _wire(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        # The env's tool output has role "tool" without a tool_call_id, which strict servers
+        # refuse: it travels as the user's turn.
+        role = message["role"] if message["role"] in ("system", "user", "assistant") else "user"
         content = message["content"]
         if isinstance(content, str):
-            return {"role": message["role"], "content": content}
+            return {"role": role, "content": content}
         parts = []
         for part in content:
             if part.get("type") == "image":
@@ -225,7 +236,7 @@ class ChatAgent:
                 parts.append({"type": "image_url", "image_url": {"url": url}})
             else:
                 parts.append({"type": "text", "text": part.get("text", "")})
-        return {"role": message["role"], "content": parts}
+        return {"role": role, "content": parts}
 
 
 def _png_data_url(image: Any) -> str:

@@ -75,6 +75,11 @@ class EvalConfig:
                 raise InvalidConfigError(f"{name} must be an int >= 1, got {value!r}")
         if not self.env_ids:
             raise InvalidConfigError("give at least one env id (or 'all')")
+        if any("token" in key for key in self.env_kwargs):
+            raise InvalidConfigError(
+                "env_kwargs would write a token into config.json; give the tool server's "
+                "token in $VT_TOOL_SERVER_TOKEN instead"
+            )
         parse_policy(self.policy, model=self.model, api=self.api)  # raises if malformed
 
     @property
@@ -239,10 +244,13 @@ async def _run_text(
 
     async def play(index: int, task_id: str, sample: int) -> None:
         env = await free.get()
+        start = time.perf_counter()
         try:
             record = await _text_rollout(
                 env, make_agent(env), env_id, task_id, sample, index, config
             )
+        except Exception as exc:  # the endpoint gave up on this rollout: record it, go on
+            record = _failed_record(config, env_id, task_id, sample, index, exc, start)
         finally:
             free.put_nowait(env)
         on_record(record)
@@ -252,6 +260,23 @@ async def _run_text(
     finally:
         for env in envs:
             await env.aclose()
+
+
+def _failed_record(
+    config: EvalConfig, env_id: str, task_id: str, sample: int, index: int,
+    exc: BaseException, start: float,
+) -> dict[str, Any]:  # fmt: skip
+    """A rollout that raised: reward 0, counted in ``errors``; ``--resume`` keeps it (delete
+    its line from ``rollouts.jsonl`` to play it again)."""
+    record = _record(
+        env_id, task_id, sample, config.seed, config.spec.label(), rollout_index=index,
+        reset_seed=rollout_seed(config.seed, index, -1), reward=0.0, reward_parts={},
+        verifier_parts={}, terminated=False, truncated=True, truncation="error", turns=[],
+        tool_calls=[], invalid_actions=0, transcript="", token_ids=None,
+        elapsed_s=time.perf_counter() - start,
+    )  # fmt: skip
+    record["error"] = f"{type(exc).__name__}: {exc}"
+    return record
 
 
 async def _gather_all(coroutines: Any) -> None:
@@ -428,7 +453,7 @@ def run_eval(
             f"{out} holds an evaluation with another config ({saved}); resume it with "
             "--resume DIR alone, or choose a new --out"
         )
-    saved.write_text(json.dumps(asdict(config), indent=2) + "\n")
+    _write_atomically(saved, json.dumps(asdict(config), indent=2) + "\n")
     store = RecordFile(out / "rollouts.jsonl")
     done = {record_key(r) for r in store.read()}
     plans = {env_id: _plan_env(env_id, config) for env_id in config.env_ids}
@@ -457,7 +482,7 @@ def run_eval(
         bar.close()
         store.close()
     summary = summarize(store.read(), config)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    _write_atomically(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     write_report(summary, out)
     return summary
 
@@ -487,6 +512,12 @@ async def _play(
     finally:
         if engine is not None:
             await engine.aclose()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text(text)
+    os.replace(temp, path)
 
 
 def _progress(total: int, done: int, enabled: bool) -> Any:

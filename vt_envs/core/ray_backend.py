@@ -28,7 +28,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vt_envs.errors import InvalidConfigError
+from vt_envs.errors import InvalidConfigError, ResetNeededError
 
 __all__ = ["RemoteSubEnv", "make_ray_vector_env"]
 
@@ -112,20 +112,25 @@ class RemoteSubEnv:
             return await self.actor.reset.remote(self.j, seed, options)
 
     async def astep(self, action: Any):
-        from ray.exceptions import RayActorError
-
-        try:
-            return await self.actor.step.remote(self.j, action)
-        except RayActorError as exc:
-            return self._died(exc)
+        return await self._in_episode(self.actor.step, action)
 
     async def atruncate(self, reason: str):
-        from ray.exceptions import RayActorError
+        return await self._in_episode(self.actor.truncate, reason)
+
+    async def _in_episode(self, method: Any, argument: Any):
+        """A call that needs the running episode: if the actor died — during the call, or
+        before it (Ray then ran it on the restarted actor, whose fresh sub-env has no
+        episode) — the episode ends here as ``actor_died``."""
+        from ray.exceptions import RayActorError, RayTaskError
 
         try:
-            return await self.actor.truncate.remote(self.j, reason)
+            return await method.remote(self.j, argument)
         except RayActorError as exc:
             return self._died(exc)
+        except RayTaskError as exc:
+            if isinstance(exc.as_instanceof_cause(), ResetNeededError):
+                return self._died(exc)
+            raise
 
     async def _abandon_episode(self) -> None:
         from ray.exceptions import RayActorError

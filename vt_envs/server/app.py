@@ -87,7 +87,8 @@ class ToolServer:
 
     Args:
         token: the shared secret clients send as ``Authorization: Bearer``;
-            ``None`` accepts every caller (only on loopback: see :func:`create_app`).
+            ``None`` accepts every caller (``vt-tool-server`` refuses to bind beyond
+            loopback without one).
         max_inflight: calls running at once before new ones get 503.
         lease_s: a session's lifetime after its last use.
         workers: the base URLs of every worker of this server, for clients that
@@ -119,6 +120,7 @@ class ToolServer:
         self.inflight = 0
         self.metrics = _Metrics()
         self._reaper: asyncio.Task | None = None
+        self._background: set[asyncio.Future] = set()
 
     # ----------------------------------------------------------- lifecycle
 
@@ -146,8 +148,10 @@ class ToolServer:
         """Close every session whose lease ran out (and is not in a call); how many."""
         now = time.monotonic()
         expired = [s for s in self.sessions.values() if s.expires < now and not s.busy]
+        for session in expired:  # unlisted before any await: a call arriving now gets 404
+            self._unlist(session)
         for session in expired:
-            await self._close(session)
+            await self._release(session)
         self.metrics.reaped += len(expired)
         return len(expired)
 
@@ -156,7 +160,8 @@ class ToolServer:
     def authorized(self, header: str | None) -> bool:
         if self.token is None:
             return True
-        given = (header or "").removeprefix("Bearer ").strip()
+        scheme, _, given = (header or "").strip().partition(" ")
+        given = given.strip() if scheme.lower() == "bearer" else ""
         return hmac.compare_digest(given.encode(), self.token.encode())
 
     async def _toolset(self, env_id: str, env_kwargs: Mapping[str, Any]) -> Any:
@@ -233,9 +238,18 @@ class ToolServer:
             running.cancel()
             await asyncio.wait({running}, timeout=_UNWIND_S)
             self.metrics.timeouts += 1
-            self.metrics.recoveries += 1
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(tool.recover_session(session.state), tool.grace_s)
+            recovered = running.done()
+            if recovered:
+                try:
+                    await asyncio.wait_for(tool.recover_session(session.state), tool.grace_s)
+                    self.metrics.recoveries += 1
+                except Exception:
+                    recovered = False
+            if not recovered:  # still running, or unrecoverable: no later call may share it
+                self._unlist(session)
+                closing = asyncio.ensure_future(tool.close_session(session.state))
+                self._background.add(closing)  # kept until done (the loop holds weak refs)
+                closing.add_done_callback(self._background.discard)
             return ToolResult.failure(
                 f"{tool.name} did not finish within {timeout:.3g} s and was stopped.", "timeout"
             )
@@ -258,9 +272,21 @@ class ToolServer:
         return True
 
     async def _close(self, session: _Session) -> None:
+        if self._unlist(session):
+            await self._release(session)
+
+    def _unlist(self, session: _Session) -> bool:
+        """Make ``session`` unknown to new requests; whether it was listed."""
         if self.sessions.pop(session.id, None) is None:
-            return
+            return False
         self._by_key.pop(session.key, None)
+        return True
+
+    async def _release(self, session: _Session) -> None:
+        """Close an unlisted session's tool state, after the call it may be in (bounded)."""
+        if session.lock is not None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(session.lock.acquire(), _UNWIND_S + session.tool.grace_s)
         try:
             await session.tool.close_session(session.state)
         except Exception:

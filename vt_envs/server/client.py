@@ -14,7 +14,8 @@ error. Retries happen only where repeating cannot run a call twice: opening
 and closing a session (idempotent per episode and tool), a call refused as
 busy (503: it did not run) or whose connection was refused (never sent), up
 to the call's deadline. Every request is bounded by the call's deadline plus
-the tool's grace and a margin, so a server that hangs cannot stall the step.
+the tool's grace (just inside the env's own backstop), so a server that hangs
+cannot stall the step.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from vt_envs.server.protocol import ERROR_KINDS, decode_result, encode_task
 __all__ = ["RemoteTool", "ToolServerClient", "attach_tool_server"]
 
 TOKEN_ENV = "VT_TOOL_SERVER_TOKEN"
-_MARGIN_S = 5.0  # network and queueing allowance past a call's deadline + grace
+_BACKSTOP_LEAD_S = 0.25  # a call's request gives up this long before the env's backstop
 _OPEN_TIMEOUT_S = 120.0  # opening may build the env's tools on the server once
 _UNREACHABLE_S = 5.0  # how long a refused connection is retried (a worker restarting)
 
@@ -103,9 +104,15 @@ class ToolServerClient:
         import httpx
 
         try:
-            reply = await self._http(url).request(
-                method, url, json=None if body is None else dict(body), timeout=timeout_s
+            # asyncio's timeout bounds the whole request; httpx's applies per phase.
+            reply = await asyncio.wait_for(
+                self._http(url).request(
+                    method, url, json=None if body is None else dict(body), timeout=timeout_s
+                ),
+                timeout_s,
             )
+        except asyncio.TimeoutError as exc:
+            raise _Failure("tool_server_timeout", "no answer in time") from exc
         except httpx.ConnectError as exc:
             raise _Failure("tool_server_unreachable", str(exc), unsent=True) from exc
         except httpx.TimeoutException as exc:
@@ -121,12 +128,26 @@ class ToolServerClient:
             raise _Failure("tool_server_busy", unsent=True)
         if reply.status_code >= 400:
             raise _Failure("tool_server_error", f"HTTP {reply.status_code}: {reply.text[:300]}")
-        return reply.json()
+        try:
+            answer = reply.json()
+        except ValueError as exc:
+            raise _Failure("tool_server_error", "the reply was not JSON") from exc
+        if not isinstance(answer, dict):
+            raise _Failure("tool_server_error", "the reply was not a JSON object")
+        return answer
 
     async def workers(self) -> list[str]:
+        """The server's workers, at the host this client was given (a server bound to
+        ``0.0.0.0`` can only name its ports; the host it is reached at is the caller's)."""
         if self._workers is None:
+            from urllib.parse import urlsplit
+
             answer = await self.request("GET", f"{self.url}/v1/workers", None, 10.0)
-            self._workers = [w.rstrip("/") for w in answer["workers"]] or [self.url]
+            given = urlsplit(self.url)
+            ports = [urlsplit(str(w)).port for w in answer.get("workers") or ()]
+            self._workers = [
+                f"{given.scheme}://{given.hostname}:{port}" for port in ports if port
+            ] or [self.url]
         return self._workers
 
     async def aclose(self) -> None:
@@ -164,10 +185,14 @@ class RemoteTool(Tool):
             workers = await self.client.workers()
             worker = workers[int(episode, 16) % len(workers)]
             answer = await self._retrying("POST", f"{worker}/v1/sessions", body, deadline)
+            sid = str(answer["session"])
         except _Failure as failure:
             # The episode goes on: every call on this session reports why it cannot run.
             return _RemoteSession(self.client.url, None, failure)
-        return _RemoteSession(worker, answer["session"])
+        except (KeyError, TypeError, ValueError) as exc:  # a reply that is not the protocol's
+            failure = _Failure("tool_server_error", f"bad reply to open: {exc!r}")
+            return _RemoteSession(self.client.url, None, failure)
+        return _RemoteSession(worker, sid)
 
     async def call(
         self, session: _RemoteSession, arguments: Mapping[str, Any], *, timeout_s: float
@@ -176,7 +201,9 @@ class RemoteTool(Tool):
             return _failed(self.name, session.failure)
         url = f"{session.worker}/v1/sessions/{session.id}/call"
         body = {"arguments": dict(arguments), "timeout_s": timeout_s}
-        deadline = time.monotonic() + timeout_s + self.grace_s + _MARGIN_S
+        # Just inside the env's backstop (deadline + grace), so the agent reads what happened
+        # here (tool_server_timeout) rather than the backstop's generic timeout.
+        deadline = time.monotonic() + timeout_s + max(self.grace_s - _BACKSTOP_LEAD_S, 0.0)
         try:
             answer = await self._retrying("POST", url, body, deadline, idempotent=False)
         except _Failure as failure:

@@ -1,8 +1,9 @@
 """What travels between :mod:`vt_envs.server.client` and :mod:`vt_envs.server.app`.
 
-JSON over HTTP. A task travels without its gold (tools never need it): its
-id, prompt, metadata and assets, where paths become strings and images
-(``HxWx3 uint8`` arrays) become PNG, base64. A :class:`ToolResult` travels
+JSON over HTTP. A task travels without its ``gold`` field (tools never need
+it): its id, prompt, metadata and assets (which may still hold what an oracle
+reads: the server is trusted with tasks), where paths become strings and
+images (``HxWx3 uint8`` arrays) become PNG, base64. A :class:`ToolResult` travels
 whole, its images as PNG too. Error kinds the client turns into
 observations are listed in :data:`ERROR_KINDS`.
 """
