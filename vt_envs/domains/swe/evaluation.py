@@ -21,8 +21,8 @@ pytest then runs as ``python -P -m pytest`` (the repository is not first on
 ``sys.path``; pytest adds it after it has imported itself, ``-o
 pythonpath=.``, and ``src`` in a src layout), with the repository's
 ``addopts`` dropped (they name plugins the run does not load), plugin
-autoloading off, bytecode caches redirected
-out of the tree, and two canary tests drawn for this run (one must fail,
+autoloading off, no bytecode written (and none of the agent's read), and
+two canary tests drawn for this run (one must fail,
 one must pass): a run whose canaries misbehave was tampered with and scores
 0. The report is JUnit XML read back through the sandboxed shell between
 random markers. The package code the tests import is the agent's and runs
@@ -222,7 +222,11 @@ async def run_hidden_tests(
         env = {
             **(test_env or {}),
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-            "PYTHONPYCACHEPREFIX": f"/tmp/work/pyc-{nonce}",
+            # Nothing compiled is written, and the tree holds no bytecode of the agent's
+            # (caches are never copied from its tree), so only the installed libraries'
+            # own caches are read: a fresh cache prefix made pytest recompile itself
+            # every run (0.62 s instead of 0.16 s).
+            "PYTHONDONTWRITEBYTECODE": "1",
         }
         roots = ". src" if (pristine / "src").is_dir() else "."  # a src/ layout imports from src
         variables = " ".join(f"{k}={_quote(v)}" for k, v in env.items())
