@@ -130,8 +130,8 @@ def test_close_during_a_call_kills_the_sandbox_and_never_restarts_it():
 def test_ctrl_c_on_a_sync_step_cancels_the_call_and_the_episode_goes_on():
     env = gym.make(ENV_ID, timeout_s=30.0)
     env.reset(seed=0)
+    env.step("<python>secret = 1</python>")  # the first call starts the sandbox
     before = env.unwrapped._live.sessions["python"].process.host_pids()
-    env.step("<python>secret = 1</python>")
     timer = threading.Timer(0.5, _thread.interrupt_main)
     timer.start()
     start = time.monotonic()

@@ -215,16 +215,22 @@ def _sandbox_processes() -> set[int]:
 
 
 @pytest.mark.asyncio
-async def test_a_cancelled_start_leaves_no_sandbox():
-    tool = PythonTool(timeout_s=5)
+@pytest.mark.parametrize("lazy", [False, True], ids=["at-reset", "at-first-call"])
+async def test_a_cancelled_start_leaves_no_sandbox(lazy):
+    tool = PythonTool(timeout_s=5, lazy_start=lazy)
     before = _sandbox_processes()
     cancelled = 0
     for delay in (0.0, 0.005, 0.01, 0.02, 0.03):
+        session = None
         try:
-            session = await asyncio.wait_for(tool.open_session(None), delay)
+            if lazy:  # the sandbox starts inside the first call
+                session = await tool.open_session(None)
+                await asyncio.wait_for(tool.call(session, {"code": "1"}, timeout_s=5), delay)
+            else:
+                session = await asyncio.wait_for(tool.open_session(None), delay)
         except asyncio.TimeoutError:
             cancelled += 1
-        else:  # it started in time: nothing was cancelled
+        if session is not None:
             await tool.close_session(session)
     assert cancelled >= 3
     deadline = time.monotonic() + 5

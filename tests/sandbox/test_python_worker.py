@@ -20,7 +20,7 @@ from vt_envs.tools.python import PythonTool
 
 @pytest.fixture(scope="module")
 def tool():
-    return PythonTool(timeout_s=5, policy=SMALL)
+    return PythonTool(timeout_s=5, policy=SMALL, lazy_start=False)
 
 
 async def run(tool, session, code):
@@ -151,7 +151,7 @@ def test_sandbox_dies_with_its_parent(tmp_path):
         from sandbox_helpers import SMALL
         from vt_envs.tools.python import PythonTool
         async def main():
-            tool = PythonTool(policy=SMALL)
+            tool = PythonTool(policy=SMALL, lazy_start=False)
             session = await tool.open_session(None)
             print(session.process.uid, flush=True)
             await asyncio.sleep(60)

@@ -35,8 +35,11 @@ class PythonTool(Tool):
         traceback: ``"last_line"`` (``Error: ZeroDivisionError: division by
             zero``) or ``"full"`` (the traceback of the agent's code).
         max_output_chars: cap on the text returned to the agent.
-        prestart: sandboxes kept started and waiting, so ``open_session`` is
-            a hand-over (0 starts each episode's sandbox on demand).
+        prestart: sandboxes kept started and waiting, so an episode's sandbox
+            is a hand-over (0 starts each episode's sandbox on demand).
+        lazy_start: start an episode's sandbox at its first call, not at reset:
+            an episode that never calls Python (answers at once) costs no
+            sandbox. ``False`` starts it at reset.
 
     Raises:
         SandboxUnavailableError: no isolation layer works here.
@@ -66,8 +69,10 @@ class PythonTool(Tool):
         traceback: str = "last_line",
         max_output_chars: int = 4000,
         prestart: int = 0,
+        lazy_start: bool = True,
     ):
         super().__init__(timeout_s=timeout_s)
+        self.lazy_start = lazy_start
         if mode not in PYTHON_MODES:
             raise InvalidConfigError(f"mode must be one of {PYTHON_MODES}, got {mode!r}")
         if traceback not in TRACEBACK_STYLES:
@@ -91,7 +96,8 @@ class PythonTool(Tool):
             pool=self._pool,
             seed=seed,
         )
-        await worker.start()
+        if not self.lazy_start:  # else the first run() starts it (SandboxSession._ensure_started)
+            await worker.start()
         return worker
 
     async def close_session(self, session: PythonWorker | None) -> None:

@@ -105,6 +105,7 @@ def make_math_env(
     isolation: str | None = None,
     python_mode: str = "persistent",
     prestart: int = 0,
+    lazy_start: bool = True,
     max_turns: int = 8,
     max_tool_calls: int | None = 4,
     max_observation_tokens: int = 512,
@@ -130,6 +131,8 @@ def make_math_env(
         max_output_chars: cap on one call's output before tokenization; the
             env then cuts it to ``max_observation_tokens`` tokens.
         python_timeout_s, isolation, python_mode, prestart: passed to the tool.
+        lazy_start: start an episode's sandbox at its first Python call (an
+            episode that answers at once costs none); ``False``: at reset.
 
     Episode:
         observation_format: ``"inline"`` (ToRL, default) or ``"chat"``.
@@ -161,6 +164,7 @@ def make_math_env(
         traceback=traceback,
         max_output_chars=max_output_chars,
         prestart=prestart,
+        lazy_start=lazy_start,
     )
     if action_format is None:
         action_format = "tags" if observation_format == "inline" else "json"
