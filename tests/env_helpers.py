@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,3 +69,19 @@ def make_tasks(n: int = 5, split: str = "train") -> TaskList:
         name="echo",
         split=split,
     )
+
+
+def sandbox_processes() -> set[int]:
+    """Pids of the live sandboxed processes on this machine (VT's loader, by its cmdline)."""
+    from vt_envs.sandbox.process import _alive
+
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"vt_sandbox_inside" in f.read():
+                        found.add(int(entry))
+            except OSError:
+                continue
+    return {p for p in found if _alive(p)}

@@ -20,8 +20,8 @@ import time
 
 import gymnasium as gym
 import pytest
+from env_helpers import sandbox_processes
 
-from vt_envs.sandbox.process import _alive
 from vt_envs.tools.bash import BashTool
 from vt_envs.tools.python import PythonTool
 
@@ -201,24 +201,11 @@ def test_fork_mode_through_gym_make(sandbox_env_id):
     env.close()
 
 
-def _sandbox_processes() -> set[int]:
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if b"vt_sandbox_inside" in f.read():
-                        found.add(int(entry))
-            except OSError:
-                continue
-    return {p for p in found if _alive(p)}
-
-
 @pytest.mark.asyncio
 @pytest.mark.parametrize("lazy", [False, True], ids=["at-reset", "at-first-call"])
 async def test_a_cancelled_start_leaves_no_sandbox(lazy):
     tool = PythonTool(timeout_s=5, lazy_start=lazy)
-    before = _sandbox_processes()
+    before = sandbox_processes()
     cancelled = 0
     for delay in (0.0, 0.005, 0.01, 0.02, 0.03):
         session = None
@@ -234,9 +221,9 @@ async def test_a_cancelled_start_leaves_no_sandbox(lazy):
             await tool.close_session(session)
     assert cancelled >= 3
     deadline = time.monotonic() + 5
-    while _sandbox_processes() - before and time.monotonic() < deadline:
+    while sandbox_processes() - before and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    assert _sandbox_processes() - before == set()
+    assert sandbox_processes() - before == set()
 
 
 SUBREAPER_SCRIPT = textwrap.dedent(

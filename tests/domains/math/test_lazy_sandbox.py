@@ -4,37 +4,24 @@ at reset (same seeded randomness, same state across calls)."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import gymnasium as gym
+from env_helpers import sandbox_processes
 
 import vt_envs  # noqa: F401  (registers the ids)
 
 
-def _sandboxes() -> set[int]:
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if b"vt_sandbox_inside" in f.read():
-                        found.add(int(entry))
-            except OSError:
-                continue
-    return found
-
-
 def test_an_answer_only_episode_starts_no_sandbox():
     env = gym.make("VT-Math-v0", split="test")
-    before = _sandboxes()
+    before = sandbox_processes()
     for seed in range(3):
         env.reset(seed=seed)
         assert env.unwrapped._live.sessions["python"].process is None
-        assert _sandboxes() - before == set()
+        assert sandbox_processes() - before == set()
         *_, terminated, _, info = env.step("The answer is \\boxed{0}.")
         assert terminated
-    assert _sandboxes() - before == set()
+    assert sandbox_processes() - before == set()
     env.close()
 
 
@@ -56,8 +43,8 @@ def test_a_lazily_started_sandbox_plays_as_one_started_at_reset():
 
 def test_closing_an_episode_that_never_called_leaves_nothing_running():
     env = gym.make("VT-Math-v0", split="test")
-    before = _sandboxes()
+    before = sandbox_processes()
     env.reset(seed=0)
     env.close()
     time.sleep(0.2)
-    assert _sandboxes() - before == set()
+    assert sandbox_processes() - before == set()
