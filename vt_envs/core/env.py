@@ -803,7 +803,12 @@ class ToolEnv(gym.Env[dict, str]):
         averify = getattr(self.verifier, "averify", None)
         # Off the event loop either way: a slow verifier (math-verify, SQL
         # execution) must not stall the other episodes sharing this loop.
-        if averify is not None:
+        if averify is not None and getattr(self.verifier, "uses_tool_sessions", False):
+            # It may grade inside the episode's own tool sessions (SQL: the worker
+            # that already holds the episode's results), which are still open here.
+            sessions = {n: (self.tools[n], s) for n, s in self._live.sessions.items()}
+            running = asyncio.ensure_future(averify(task, answer, sessions=sessions))
+        elif averify is not None:
             running = asyncio.ensure_future(averify(task, answer))
         else:
             running = asyncio.ensure_future(asyncio.to_thread(self.verifier, task, answer))

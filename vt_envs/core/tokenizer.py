@@ -32,6 +32,7 @@ import json
 import os
 import string
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -442,6 +443,20 @@ _PROBE_SYSTEM = "You are a helpful assistant."
 _PROBE_USER = "Hi."
 
 
+#: Prompts an :class:`ObservationEncoder` keeps encoded (about 30 KB each at 2,700 tokens).
+PROMPT_CACHE_SIZE = 256
+
+
+def _messages_key(messages: Messages) -> tuple | None:
+    """A hashable key for ``messages`` (``None`` if a value is unhashable)."""
+    try:
+        key = tuple(tuple(sorted(m.items())) for m in messages)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _array(ids: Sequence[int]) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64).reshape(-1)
 
@@ -514,6 +529,7 @@ class ObservationEncoder:
         self.tools = [dict(t) for t in tools] if tools else None
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.image_tokens = image_tokens
+        self._prompts: OrderedDict[tuple, tuple[np.ndarray, str]] = OrderedDict()
         probe = self._probe_prompt()
         self._boundary = self._find_boundary(probe)
         # Fail now, not mid-episode: one observation that holds every special token.
@@ -541,7 +557,28 @@ class ObservationEncoder:
     ) -> tuple[np.ndarray, str]:
         """The whole prompt, rendered with the generation prompt (it ends with
         the assistant header, ready to generate); ``images`` fill the
-        contents' image marks in order."""
+        contents' image marks in order.
+
+        Prompts without images are kept (the latest :data:`PROMPT_CACHE_SIZE`,
+        by their messages): a task reset again, as in a GRPO group, is not
+        rendered or tokenized again. The ids returned are a copy.
+        """
+        key = None if images else _messages_key(messages)
+        if key is not None:
+            kept = self._prompts.get(key)
+            if kept is not None:
+                self._prompts.move_to_end(key)
+                return kept[0].copy(), kept[1]
+        ids, text = self._encode_prompt(messages, images)
+        if key is not None:
+            self._prompts[key] = (ids.copy(), text)
+            while len(self._prompts) > PROMPT_CACHE_SIZE:
+                self._prompts.popitem(last=False)
+        return ids, text
+
+    def _encode_prompt(
+        self, messages: Messages, images: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, str]:
         text = self.render(messages, add_generation_prompt=True)
         marks = sum(str(m.get("content", "")).count(IMAGE_MARK) for m in messages)
         queue = self._image_queue(images, marks)

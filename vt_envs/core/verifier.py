@@ -7,7 +7,12 @@ so an agent cannot earn reward by making a tool echo the gold answer.
 The env runs a plain verifier in a thread (so a slow one never stalls other
 episodes); a verifier that does its work elsewhere (a sandboxed worker) may
 instead define ``async def averify(task, answer) -> Score``, which the env
-awaits, and ``async def aclose()``, which the env awaits when it closes.
+awaits, and ``async def aclose()``, which the env awaits when it closes. One
+that sets ``uses_tool_sessions = True`` is awaited as ``averify(task,
+answer, sessions=...)`` with the running episode's ``{tool name: (tool,
+session)}``, still open, so it can grade where the episode's state already
+is (VT-SQL-v0 runs the answer's SQL in the episode's own worker; it still
+grades only the answer's text, never what a tool printed).
 Either way the env gives it a deadline (``ToolEnv(verify_timeout_s=...)``):
 a verification that overruns it scores 0.
 """

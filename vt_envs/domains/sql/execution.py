@@ -13,9 +13,13 @@ the agent's tool and the verifier alike, so both apply the same rules:
   The connection itself is read-only with external access off and its
   configuration locked (:func:`connect_readonly`), so this check is a second
   layer, not the only one;
-- a wall-clock timeout enforced with ``connection.interrupt()`` from a timer
-  thread. Some plans cannot be interrupted (the optimizer of an exponential
-  plan, a huge fetch); the host's hard kill of the worker covers those.
+- a wall-clock timeout enforced with ``connection.interrupt()`` from one
+  watchdog thread per process (started once, armed per query: a timer
+  thread per query would cost as much as a small query). Some plans cannot
+  be interrupted (the optimizer of an exponential plan, a huge fetch); the
+  host's hard kill of the worker covers those.
+
+The statement is parsed once: the checked statement object is what runs.
 
 Failures are returned as :class:`QueryOutcome` with an error kind, never
 raised: they are the policy's mistakes. This module imports only DuckDB and
@@ -24,6 +28,7 @@ the standard library (the sandboxed worker loads it without ``vt_envs``).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -74,6 +79,8 @@ ALLOWED_PRAGMAS = frozenset(
 )
 _MAX_ERROR_CHARS = 800
 _COUNT_CHUNK = 8192
+# The watchdog thread's longest sleep: queries whose deadline is further off arm it for free.
+_WATCHDOG_TICK_S = 0.5
 _ALLOWED_KINDS = "SELECT (with WITH, DESCRIBE, SHOW, SUMMARIZE), EXPLAIN and informational PRAGMAs"
 # Leading whitespace and comments, then EXPLAIN [ANALYZE] [(options)], case-insensitive.
 _SKIP = r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*"
@@ -159,6 +166,12 @@ def _refusal(kind: str, start: float) -> QueryOutcome:
 
 def check_statement(con: duckdb.DuckDBPyConnection, sql: str) -> QueryOutcome | str:
     """Return the single allowed statement in ``sql``, or a failed outcome saying why."""
+    checked = _checked_statement(con, sql)
+    return checked if isinstance(checked, QueryOutcome) else sql
+
+
+def _checked_statement(con: duckdb.DuckDBPyConnection, sql: str) -> QueryOutcome | duckdb.Statement:
+    """The parsed single allowed statement in ``sql``, or a failed outcome saying why."""
     start = time.monotonic()
     try:
         statements = con.extract_statements(sql)
@@ -173,7 +186,7 @@ def check_statement(con: duckdb.DuckDBPyConnection, sql: str) -> QueryOutcome | 
             start,
         )
     refusal = _classify(con, statements[0], start, depth=0)
-    return refusal if refusal is not None else sql
+    return refusal if refusal is not None else statements[0]
 
 
 def _classify(
@@ -213,27 +226,29 @@ def execute_query(
     timeout_s: float,
     max_rows: int | None = None,
     count_limit: int = 100_000,
+    keep_counted: bool = False,
 ) -> QueryOutcome:
     """Run ``sql`` (one allowed statement) on ``con`` and fetch its result.
 
     Blocks for about ``timeout_s`` seconds at most where DuckDB can be
-    interrupted: a timer thread calls ``con.interrupt()``. Fetches
+    interrupted (the watchdog calls ``con.interrupt()``). Fetches
     ``max_rows`` rows (all when ``None``) and counts the rest up to
     ``count_limit``; with ``max_rows=None`` a result larger than
-    ``count_limit`` fails with ``"too_many_rows"``. ``con`` must not be used
-    by another thread at the same time.
+    ``count_limit`` fails with ``"too_many_rows"``. With ``keep_counted`` the
+    counted rows are kept too: ``rows`` holds the first ``count_limit`` rows
+    (all of them when ``total_rows`` is not ``None``) and the caller shows
+    the first ``max_rows``. ``con`` must not be used by another thread at the
+    same time.
     """
-    checked = check_statement(con, sql)
+    checked = _checked_statement(con, sql)
     if isinstance(checked, QueryOutcome):
         return checked
     start = time.monotonic()
-    timer = threading.Timer(timeout_s, con.interrupt)
-    timer.daemon = True
-    timer.start()
+    alarm = _WATCHDOG.arm(con, timeout_s)
     try:
         cursor = con.execute(checked)
         columns = tuple(d[0] for d in cursor.description or ())
-        limit = count_limit if max_rows is None else max_rows
+        limit = count_limit if max_rows is None or keep_counted else max_rows
         rows = cursor.fetchmany(limit + 1) if cursor.description else []
         total: int | None = len(rows)
         if len(rows) > limit:
@@ -242,12 +257,64 @@ def execute_query(
                     "too_many_rows", f"The result has more than {count_limit} rows.", start
                 )
             rows = rows[:limit]
-            total = _count_rest(cursor, len(rows) + 1, count_limit)
+            total = None if keep_counted else _count_rest(cursor, len(rows) + 1, count_limit)
     except duckdb.Error as exc:
         return _failure(_error_kind(exc), str(exc), start)
     finally:
-        timer.cancel()
+        _WATCHDOG.disarm(alarm)
     return QueryOutcome(columns, tuple(rows), total, exec_s=time.monotonic() - start)
+
+
+class _Watchdog:
+    """One daemon thread that interrupts each armed connection past its deadline.
+
+    The thread wakes at the earliest deadline or every :data:`_WATCHDOG_TICK_S`,
+    so arming a query whose deadline lies beyond the next wake-up costs a
+    lock and no thread switch. Once :meth:`disarm` returns, that alarm can no
+    longer fire (the thread interrupts only while holding the lock, and only
+    alarms still armed). Safe to use from several threads at once, each with
+    its own connection; a forked child starts its own thread on first use.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._alarms: dict[int, tuple[float, duckdb.DuckDBPyConnection]] = {}
+        self._next = 0
+        self._wake_at = 0.0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, con: duckdb.DuckDBPyConnection, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="vt-sql-watchdog", daemon=True
+                )
+                self._thread.start()
+            self._next += 1
+            self._alarms[self._next] = (deadline, con)
+            if deadline < self._wake_at:  # the thread would wake too late: wake it now
+                self._changed.notify()
+            return self._next
+
+    def disarm(self, alarm: int) -> None:
+        with self._changed:
+            self._alarms.pop(alarm, None)
+
+    def _run(self) -> None:
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                for alarm, (deadline, con) in list(self._alarms.items()):
+                    if deadline <= now:
+                        del self._alarms[alarm]
+                        con.interrupt()
+                earliest = min((d for d, _ in self._alarms.values()), default=math.inf)
+                self._wake_at = min(earliest, now + _WATCHDOG_TICK_S)
+                self._changed.wait(self._wake_at - now)
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _count_rest(cursor: duckdb.DuckDBPyConnection, seen: int, count_limit: int) -> int | None:

@@ -6,12 +6,16 @@ without the package's ``__init__``:
 
 - :func:`format_value` / :func:`render_table`: a result as a compact text table;
 - :func:`results_match`: execution match of two results (multisets, or lists
-  when the gold orders its output; float tolerance; optional column order);
+  when the gold orders its output; float tolerance; optional column order),
+  exact multisets first (hashing, linear in the result), the tolerant
+  comparison only when they differ; :class:`ResultRows` keeps a result's
+  normalized rows for the next comparison (cached golds);
 - :func:`extract_sql`, :func:`has_top_level_order_by`: reading the answer text.
 """
 
 from __future__ import annotations
 
+import collections
 import datetime
 import decimal
 import itertools
@@ -21,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "ResultRows",
     "extract_sql",
     "format_value",
     "has_top_level_order_by",
@@ -138,6 +143,49 @@ def _normalize(value: Any) -> Any:
     return value
 
 
+_UNCHANGED = frozenset({int, str, type(None)})  # types _normalize returns as they are
+
+
+def _normalize_row(row: Sequence[Any]) -> tuple:
+    for value in row:
+        if type(value) not in _UNCHANGED and not (type(value) is float and value == value):
+            return tuple(_normalize(v) for v in row)
+    return tuple(row)
+
+
+class ResultRows:
+    """A result's rows, with their normalized forms and their multiset computed
+    once and kept (a cached gold result is compared with many answers).
+
+    Args:
+        rows: the rows as fetched.
+        width: the number of columns (default: the first row's length).
+    """
+
+    __slots__ = ("_counts", "_normalized", "rows", "width")
+
+    def __init__(self, rows: Sequence[Sequence[Any]], width: int | None = None):
+        self.rows = rows
+        self.width = width if width is not None else (len(rows[0]) if rows else 0)
+        self._normalized: list[tuple] | None = None
+        self._counts: collections.Counter | bool | None = False  # False: not computed yet
+
+    @property
+    def normalized(self) -> list[tuple]:
+        if self._normalized is None:
+            self._normalized = [_normalize_row(row) for row in self.rows]
+        return self._normalized
+
+    def counts(self) -> collections.Counter | None:
+        """The normalized rows as a multiset (``None`` if some value is unhashable)."""
+        if self._counts is False:
+            try:
+                self._counts = collections.Counter(self.normalized)
+            except TypeError:
+                self._counts = None
+        return self._counts  # type: ignore[return-value]
+
+
 def _sort_key(row: tuple) -> tuple:
     # Numbers sort by a rounded value so tolerance-equal rows line up; types
     # are ranked so mixed columns still sort.
@@ -174,8 +222,8 @@ def _same_rows(
 
 
 def results_match(
-    gold: Sequence[Sequence[Any]],
-    pred: Sequence[Sequence[Any]],
+    gold: Sequence[Sequence[Any]] | ResultRows,
+    pred: Sequence[Sequence[Any]] | ResultRows,
     *,
     order_matters: bool = False,
     column_order_insensitive: bool = False,
@@ -189,9 +237,13 @@ def results_match(
     strings. With ``column_order_insensitive``, the prediction matches if
     some permutation of its columns does (columns are paired only with
     columns holding the same values, so few permutations are tried).
+
+    Exactly equal results (after normalization) are recognized in linear
+    time, by hashing; the sort-and-tolerance comparison runs only otherwise.
     """
-    gold_rows = [tuple(_normalize(v) for v in row) for row in gold]
-    pred_rows = [tuple(_normalize(v) for v in row) for row in pred]
+    gold = gold if isinstance(gold, ResultRows) else ResultRows(gold)
+    pred = pred if isinstance(pred, ResultRows) else ResultRows(pred)
+    gold_rows, pred_rows = gold.normalized, pred.normalized
     if len(gold_rows) != len(pred_rows):
         return False
     if not gold_rows:
@@ -199,6 +251,13 @@ def results_match(
     width = len(gold_rows[0])
     if any(len(row) != width for row in pred_rows):
         return False
+    if order_matters:
+        if gold_rows == pred_rows:
+            return True
+    else:
+        gold_counts, pred_counts = gold.counts(), pred.counts()
+        if gold_counts is not None and gold_counts == pred_counts:
+            return True
     if _same_rows(gold_rows, pred_rows, order_matters, rel_tol, abs_tol):
         return True
     if not column_order_insensitive or width < 2:

@@ -47,6 +47,9 @@ _START_TIMEOUT_S = 30.0
 # Rows past the shown ones are counted (not kept) up to this many, for the note.
 _COUNT_LIMIT = 10_000
 _DB_DIR = "/tmp/db"
+# Episodes one worker serves before it is replaced (each gets its own connection,
+# closed after it, so what a worker keeps between episodes is bounded caches).
+_MAX_USES = 4096
 
 
 def sql_binds(db_path: str, isolation: Isolation) -> tuple[dict[str, str], str]:
@@ -120,7 +123,7 @@ class SQLTool(Tool):
         self.max_rows, self.max_chars, self.max_cell_chars = max_rows, max_chars, max_cell_chars
         self.isolation = resolve(policy or SQL_POLICY, isolation)
         service = service_spec("vt_envs.domains.sql.worker", worker_options(self.isolation.policy))
-        self._workers = ServicePool(self.isolation, service)
+        self._workers = ServicePool(self.isolation, service, max_uses=_MAX_USES)
 
     def describe(self) -> dict[str, object]:
         """Which sandbox layers are in force for the SQL workers."""
@@ -135,15 +138,32 @@ class SQLTool(Tool):
             )
         binds, db = sql_binds(str(path), self.isolation)
         worker = await self._workers.acquire(binds)
+        if worker.process is not None and worker.process.alive:
+            # A kept worker: the episode's first request resets it (no round trip now).
+            return {"worker": worker, "db": db, "new_episode": True}
         try:
-            try:  # a new connection for this episode (and the worker's start, if it is new)
+            try:  # start the worker (within the start-up allowance, not a query's deadline)
                 await worker.request({"op": "reset"}, _START_TIMEOUT_S)
-            except ServiceLost:  # its process had died: it starts afresh on this retry
+            except ServiceLost:  # its process died at start: it starts afresh on this retry
                 await worker.request({"op": "reset"}, _START_TIMEOUT_S)
         except BaseException:
             await self._workers.release(worker)
             raise
-        return {"worker": worker, "db": db}
+        return {"worker": worker, "db": db, "new_episode": False}
+
+    async def request_in_session(
+        self, session: Any, request: dict[str, Any], timeout_s: float
+    ) -> Any:
+        """Send ``request`` to the episode's worker; its first request of the
+        episode also resets it. Raises :class:`ServiceLost` / :class:`SessionClosed`."""
+        worker = session.get("worker") if session else None
+        if worker is None:
+            raise SessionClosed
+        if session.get("new_episode"):
+            request = {**request, "new_episode": True}
+        reply = await worker.request(request, timeout_s)
+        session["new_episode"] = False
+        return reply
 
     async def close_session(self, session: Any) -> None:
         if session and session.get("worker") is not None:
@@ -164,11 +184,8 @@ class SQLTool(Tool):
             "max_cell_chars": self.max_cell_chars,
             "count_limit": _COUNT_LIMIT,
         }
-        worker = session.get("worker")
-        if worker is None:
-            return ToolResult.failure("Error: the database session is closed.", "closed")
         try:
-            reply = await worker.request(request, limit + KILL_MARGIN_S)
+            reply = await self.request_in_session(session, request, limit + KILL_MARGIN_S)
             return self._result(reply, limit)
         except ServiceLost as lost:
             return _lost(lost, limit)

@@ -3,7 +3,9 @@
 Both queries run on the task's database in a sandboxed SQL worker
 (:mod:`vt_envs.domains.sql.worker`), through the same read-only, allow-listed,
 time-limited path as the agent's tool; the results are compared there too, so
-no result of the model's SQL ever reaches the host. Results are compared as
+no result of the model's SQL ever reaches the host. In an episode with a
+local SQL tool that worker is the episode's own: an answer whose SQL the
+agent already ran is graded on the result it saw, without running it again. Results are compared as
 multisets of rows — as ordered lists only when the gold query has a top-level
 ``ORDER BY`` (Spider's rule) — with a float tolerance; optionally the columns
 may come in any order (:func:`~vt_envs.domains.sql.results.results_match`).
@@ -16,15 +18,22 @@ only error kinds and row counts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from vt_envs.core.loop import run_sync
 from vt_envs.core.task import Task
 from vt_envs.core.verifier import Score
 from vt_envs.domains.sql.results import extract_sql, has_top_level_order_by, results_match
-from vt_envs.domains.sql.tool import KILL_MARGIN_S, SQL_POLICY, sql_binds, worker_options
+from vt_envs.domains.sql.tool import (
+    KILL_MARGIN_S,
+    SQL_POLICY,
+    SQLTool,
+    sql_binds,
+    worker_options,
+)
 from vt_envs.sandbox.policy import SandboxPolicy
-from vt_envs.sandbox.service import ServiceLost, ServicePool, service_spec
+from vt_envs.sandbox.service import ServiceLost, ServicePool, SessionClosed, service_spec
 from vt_envs.tools._sandboxed import resolve
 
 __all__ = [
@@ -76,8 +85,25 @@ class ExecutionMatch:
         service = service_spec("vt_envs.domains.sql.worker", worker_options(self.isolation.policy))
         self._workers = ServicePool(self.isolation, service, max_per_key=workers)
 
-    async def averify(self, task: Task, answer: str) -> Score:
-        """Score ``answer`` against ``task``'s gold, in a sandboxed worker."""
+    #: The env passes the episode's tool sessions to :meth:`averify`.
+    uses_tool_sessions = True
+
+    async def averify(
+        self,
+        task: Task,
+        answer: str,
+        *,
+        sessions: Mapping[str, tuple[Any, Any]] | None = None,
+    ) -> Score:
+        """Score ``answer`` against ``task``'s gold, in a sandboxed worker.
+
+        With ``sessions`` (the running episode's, passed by the env) holding
+        a local :class:`SQLTool` session on the task's database, the answer
+        is graded in that episode's worker: if the episode already ran the
+        answer's exact SQL and kept its complete result, it is graded on the
+        result the agent saw instead of running it again. Otherwise (remote
+        tools, a verifier called on its own) in the verifier's own workers.
+        """
         binds, db = sql_binds(str(task.assets["db_path"]), self.isolation)
         request = {
             "op": "verify",
@@ -91,15 +117,26 @@ class ExecutionMatch:
             "rel_tol": self.rel_tol,
             "abs_tol": self.abs_tol,
         }
-        worker = await self._workers.acquire(binds)
+        deadline = 2 * self.timeout_s + KILL_MARGIN_S
+        episode = _episode_session(sessions, db)
         try:
-            reply = await worker.request(request, 2 * self.timeout_s + KILL_MARGIN_S)
+            if episode is not None:
+                tool, session = episode
+                reply = await tool.request_in_session(
+                    session, {**request, "episode": True}, deadline
+                )
+            else:
+                worker = await self._workers.acquire(binds)
+                try:
+                    reply = await worker.request(request, deadline)
+                finally:
+                    await self._workers.release(worker)
         except ServiceLost as lost:
             timed_out = float(lost.kind == "timeout")
             parts = {"correct": 0.0, "executed": 0.0, "timeout": timed_out}
             return Score(0.0, parts, f"answer failed: its worker was killed ({lost.kind})")
-        finally:
-            await self._workers.release(worker)
+        except SessionClosed:
+            return Score(0.0, {"correct": 0.0, "executed": 0.0}, "the SQL session was closed")
         return _score(reply)
 
     def __call__(self, task: Task, answer: str) -> Score:
@@ -108,6 +145,21 @@ class ExecutionMatch:
     async def aclose(self) -> None:
         """Stop every worker (idempotent)."""
         await self._workers.aclose()
+
+
+def _episode_session(
+    sessions: Mapping[str, tuple[Any, Any]] | None, db: str
+) -> tuple[SQLTool, dict[str, Any]] | None:
+    """The episode's local SQL tool and its open session on ``db``, if it has one."""
+    for tool, session in (sessions or {}).values():
+        if (
+            isinstance(tool, SQLTool)
+            and isinstance(session, dict)
+            and session.get("worker") is not None
+            and session.get("db") == db
+        ):
+            return tool, session
+    return None
 
 
 def _score(reply: Any) -> Score:

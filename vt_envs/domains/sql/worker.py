@@ -14,15 +14,20 @@ sandbox's memory limits.
 Requests (JSON objects):
 
 - ``{"op": "reset"}``: a new episode starts; the previous episode's
-  connections are closed (their temporary state with them);
+  connections and kept results are dropped (their temporary state with them);
 - ``{"op": "query", "db", "sql", "timeout_s", "max_rows", "max_chars",
-  "max_cell_chars", "count_limit"}`` → ``{"ok", "error", "text", "rows",
-  "truncated", "exec_s"}``: the table as the agent reads it, or the error, on
-  the episode's own connection;
+  "max_cell_chars", "count_limit"[, "new_episode"]}`` → ``{"ok", "error",
+  "text", "rows", "truncated", "exec_s"}``: the table as the agent reads it,
+  or the error, on the episode's own connection. ``new_episode`` resets
+  first (the host sends it with an episode's first request instead of a
+  separate reset). A complete result (at most ``count_limit`` rows) is kept
+  for the episode, keyed by its SQL;
 - ``{"op": "verify", "db", "gold", "answer", "timeout_s", "max_result_rows",
-  "order_matters", "column_order_insensitive", "rel_tol", "abs_tol"}`` →
-  ``{"value", "parts", "detail"}``: the execution match of the answer with the
-  gold (gold results are cached per worker).
+  "order_matters", "column_order_insensitive", "rel_tol", "abs_tol"[,
+  "episode", "new_episode"]}`` → ``{"value", "parts", "detail"}``: the
+  execution match of the answer with the gold (gold results are cached per
+  worker). With ``episode``, an answer whose exact SQL this episode already
+  ran is graded on the result the agent saw instead of running it again.
 
 One read-only connection per database (``options["memory_limit"]``, one
 thread) keeps the database open for the worker's life; each episode queries
@@ -38,18 +43,22 @@ from collections.abc import Callable
 from typing import Any
 
 from vt_envs.domains.sql.execution import QueryOutcome, connect_readonly, execute_query
-from vt_envs.domains.sql.results import render_table, results_match
+from vt_envs.domains.sql.results import ResultRows, render_table, results_match
 
 __all__ = ["serve"]
 
 _GOLD_CACHE_SIZE = 512
+# Complete results an episode keeps for its verification (the latest queries).
+_EPISODE_RESULTS = 4
 
 
 def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """Return the request handler of one worker process."""
     connections: dict[str, Any] = {}
     episode: dict[str, Any] = {}  # the current episode's connections
-    gold_cache: OrderedDict[tuple[str, str], QueryOutcome] = OrderedDict()
+    # The current episode's complete results by (db, SQL), for its verification.
+    seen: OrderedDict[tuple[str, str], ResultRows] = OrderedDict()
+    gold_cache: OrderedDict[tuple[str, str], ResultRows] = OrderedDict()
 
     def connection(db: str):
         if db not in connections:
@@ -67,15 +76,21 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
         for con in episode.values():
             con.close()
         episode.clear()
+        seen.clear()
         return {"ok": True}
 
     def query(request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("new_episode"):
+            reset(request)
+        max_rows = int(request["max_rows"])
+        # Rows past the shown ones are fetched to be counted anyway: they are kept.
         outcome = execute_query(
             episode_connection(request["db"]),
             request["sql"],
             timeout_s=float(request["timeout_s"]),
-            max_rows=int(request["max_rows"]),
+            max_rows=max_rows,
             count_limit=int(request["count_limit"]),
+            keep_counted=True,
         )
         if not outcome.ok:
             return {
@@ -86,9 +101,15 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
                 "truncated": False,
                 "exec_s": outcome.exec_s,
             }
+        if outcome.total_rows is not None:
+            key = (request["db"], request["sql"].strip())
+            seen[key] = ResultRows(outcome.rows, len(outcome.columns))
+            seen.move_to_end(key)
+            while len(seen) > _EPISODE_RESULTS:
+                seen.popitem(last=False)
         text = render_table(
             outcome.columns,
-            outcome.rows,
+            outcome.rows[:max_rows],
             outcome.total_rows,
             max_chars=int(request["max_chars"]),
             max_cell_chars=int(request["max_cell_chars"]),
@@ -112,29 +133,42 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
             count_limit=int(request["max_result_rows"]),
         )
 
-    def gold_result(request: dict[str, Any]) -> QueryOutcome:
+    def gold_result(request: dict[str, Any]) -> ResultRows | QueryOutcome:
+        """The gold's rows (cached), or its failed outcome."""
         key = (request["db"], request["gold"])
         if key in gold_cache:
             gold_cache.move_to_end(key)
             return gold_cache[key]
         outcome = run(request, request["gold"])
-        if outcome.ok:
-            gold_cache[key] = outcome
-            while len(gold_cache) > _GOLD_CACHE_SIZE:
-                gold_cache.popitem(last=False)
-        return outcome
+        if not outcome.ok:
+            return outcome
+        gold_cache[key] = rows = ResultRows(outcome.rows, len(outcome.columns))
+        while len(gold_cache) > _GOLD_CACHE_SIZE:
+            gold_cache.popitem(last=False)
+        return rows
+
+    def answer_result(request: dict[str, Any]) -> ResultRows | QueryOutcome:
+        """The answer's rows: those this episode saw for the same SQL, else a fresh run."""
+        if request.get("episode"):
+            kept = seen.get((request["db"], request["answer"].strip()))
+            if kept is not None and len(kept.rows) <= int(request["max_result_rows"]):
+                return kept
+        outcome = run(request, request["answer"])
+        return ResultRows(outcome.rows, len(outcome.columns)) if outcome.ok else outcome
 
     def verify(request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("new_episode"):  # no query ran this episode: nothing kept is its own
+            reset(request)
         gold = gold_result(request)
-        if not gold.ok:
+        if isinstance(gold, QueryOutcome):
             # A broken gold is a dataset bug, not the agent's fault; it still scores 0.
             return _score(0.0, False, f"gold failed: {gold.error}")
-        pred = run(request, request["answer"])
-        if not pred.ok:
+        pred = answer_result(request)
+        if isinstance(pred, QueryOutcome):
             return _score(0.0, False, f"answer failed: {pred.error}")
         match = results_match(
-            gold.rows,
-            pred.rows,
+            gold,
+            pred,
             order_matters=bool(request["order_matters"]),
             column_order_insensitive=bool(request["column_order_insensitive"]),
             rel_tol=float(request["rel_tol"]),
@@ -145,8 +179,8 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
         return _score(
             0.0,
             True,
-            f"results differ ({len(pred.rows)} rows x {len(pred.columns)} columns vs "
-            f"{len(gold.rows)} x {len(gold.columns)} expected)",
+            f"results differ ({len(pred.rows)} rows x {pred.width} columns vs "
+            f"{len(gold.rows)} x {gold.width} expected)",
         )
 
     handlers = {"reset": reset, "query": query, "verify": verify}
