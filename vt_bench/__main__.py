@@ -57,6 +57,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "VT-SWE-v0 task build, working-copy creation, reset, hidden-test evaluation and "
         "oracle episodes/s.",
     ),
+    "generation-speed": (
+        "vt_bench.generation_speed",
+        "HF rollout engine vs model.generate on the same tiny model: generated tokens/s.",
+    ),
     "trainer-speed": (
         "vt_bench.trainer_speed",
         "Trainer update tokens/s (GRPO, PPO) and HF-engine rollout tokens/s, tiny model, CPU.",

@@ -45,6 +45,7 @@ PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("visual-speed", ("--episodes", "16", "--repeats", "3")),
     ("swe-speed", ("--episodes", "10")),
     ("rollout-speed", ("--trajectories", "64")),
+    ("generation-speed", ("--rounds", "5")),
     ("trainer-speed", ("--steps", "3")),
     ("server-speed", ("--steps", "200", "--calls", "2000")),
 )

@@ -391,3 +391,46 @@ def test_hf_adapter_gives_identical_ids(hf: ChatTokenizer, vt: ChatTokenizer, te
     ids = vt.encode(text)
     assert hf.encode(text) == ids
     assert hf.decode(ids) == text
+
+
+# -- the piece cache and the prompt cache ------------------------------------------
+
+
+@SETTINGS
+@given(st.lists(st.one_of(unicode_text, st.sampled_from(TRICKY)), min_size=1, max_size=4))
+def test_piece_cached_encode_equals_the_tokenizers_own(vt: ChatTokenizer, parts: list) -> None:
+    """Encoding piece by piece between added tokens, pieces cached, gives exactly the
+    ids ``tokenizers`` gives the whole text (encoded twice: the second from the cache)."""
+    text = "<|im_start|>".join(parts)
+    whole = vt._tokenizer.encode(text, add_special_tokens=False).ids
+    assert vt._pieces is not None
+    assert vt.encode(text) == whole and vt.encode(text) == whole
+    ids, decoded = vt.encode_with_text(text)
+    assert ids == whole and decoded == vt.decode(whole)
+
+
+def test_the_second_tokenizer_is_piece_cached_and_agrees(small: ChatTokenizer) -> None:
+    text = "the cat<|im_end|>\n<|im_start|>user\n  sat\t😀 on<|im_end|><|im_end|>x"
+    assert small._pieces is not None
+    assert small.encode(text) == small._tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def test_a_tokenizer_whose_added_tokens_strip_whitespace_is_not_piece_cached() -> None:
+    tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER_DIR / "tokenizer.json"))
+    tokenizer.add_special_tokens([AddedToken("<|strip|>", lstrip=True, special=True)])
+    custom = VTTokenizer(tokenizer, CHATML_TEMPLATE, eos_token="<|im_end|>")
+    assert custom._pieces is None
+    text = "a  <|strip|> b"
+    assert custom.encode(text) == tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def test_a_kept_prompt_is_the_same_and_its_ids_are_a_copy(vt: ChatTokenizer) -> None:
+    encoder = ObservationEncoder(vt)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    first, text = encoder.encode_prompt(messages)
+    first[:] = 0  # a caller scribbling on its observation must not reach the next reset
+    again, text_again = encoder.encode_prompt([dict(m) for m in messages])
+    fresh = ObservationEncoder(vt).encode_prompt(messages)[0]
+    assert again.tolist() == fresh.tolist() and text_again == text
+    other, _ = encoder.encode_prompt([messages[0], {"role": "user", "content": "3+3?"}])
+    assert other.tolist() != fresh.tolist()

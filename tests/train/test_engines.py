@@ -398,3 +398,59 @@ def test_the_hf_engine_serves_a_second_event_loop(engine):
     assert len(asyncio.run(one()).token_ids) == 2
     engine._serving = True  # as a worker cancelled mid-check by the first loop's end leaves it
     assert len(asyncio.run(one()).token_ids) == 2
+
+
+def _peaked_model() -> Qwen2ForCausalLM:
+    """A tiny model whose next-token distribution puts its mass on a few tokens."""
+    model = tiny_qwen2(seed=1)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(12.0)
+    return model
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("top_p", [1.0, 0.7])
+async def test_sampled_tokens_follow_the_models_distribution(top_p):
+    """3,000 seeded one-token requests through generate(): the frequencies of the ten
+    likeliest tokens (and the rest) fit the model's softmax (with top-p: renormalized
+    over the nucleus), by a chi-square test at p = 0.001. Seeded, so it never flakes."""
+    model = _peaked_model()
+    prompt = [5, 6, 7, 8]
+    with torch.no_grad():
+        probs = torch.softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1].float(), -1)
+    if top_p < 1.0:
+        ordered, order = torch.sort(probs, descending=True)
+        keep = (ordered.cumsum(0) - ordered) < top_p
+        probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
+        probs /= probs.sum()
+    top = torch.argsort(probs, descending=True)[:10].tolist()
+    engine = HFEngine(model, TOK, max_batch_size=64)
+    gens = await asyncio.gather(
+        *(
+            engine.generate(prompt, SamplingParams(max_new_tokens=1, top_p=top_p, seed=s))
+            for s in range(3000)
+        )
+    )
+    drawn = [g.token_ids[0] for g in gens]
+    if top_p < 1.0:
+        assert all(probs[t] > 0 for t in drawn)  # nothing outside the nucleus
+    observed = [drawn.count(t) for t in top] + [sum(t not in top for t in drawn)]
+    expected = [3000 * float(probs[t]) for t in top] + [3000 * (1 - float(probs[top].sum()))]
+    cells = [(o, e) for o, e in zip(observed, expected) if e >= 5]  # the test's validity rule
+    chi2 = sum((o - e) ** 2 / e for o, e in cells)
+    assert chi2 < 29.6, (chi2, observed, expected)  # df <= 10 at p = 0.001
+    await engine.aclose()
+
+
+@pytest.mark.asyncio
+async def test_unseeded_rows_share_the_engines_generator_reproducibly():
+    model = _peaked_model()
+    params = SamplingParams(max_new_tokens=6)
+
+    async def draw() -> list[list[int]]:
+        engine = HFEngine(model, TOK, seed=11)
+        out = await asyncio.gather(*(engine.generate(p, params) for p in PROMPTS))
+        await engine.aclose()
+        return [g.token_ids for g in out]
+
+    assert await draw() == await draw()

@@ -116,6 +116,15 @@ class _OpenSessions:
 
     async def aclose(self) -> None:
         sessions, self.sessions = self.sessions, {}
+        if not sessions:
+            return
+        if len(sessions) == 1:  # nothing to overlap: no task, no extra loop iteration
+            ((name, session),) = sessions.items()
+            try:
+                await self.tools[name].close_session(session)
+            except Exception as exc:
+                logger.warning("closing the %s session failed: %r", name, exc)
+            return
         results = await asyncio.gather(
             *(self.tools[n].close_session(s) for n, s in sessions.items()),
             return_exceptions=True,
@@ -652,6 +661,9 @@ class ToolEnv(gym.Env[dict, str]):
 
     async def _open_sessions(self, task: Task, seed: int) -> dict[str, Any]:
         """Open every tool's session; on a failure or a cancellation, close the opened ones."""
+        if len(self.tools) == 1:  # nothing to overlap: no task, no extra loop iteration
+            ((name, tool),) = self.tools.items()
+            return {name: await tool.open_session(task, seed=seed)}
         opening = {
             name: asyncio.ensure_future(tool.open_session(task, seed=seed))
             for name, tool in self.tools.items()
@@ -800,6 +812,8 @@ class ToolEnv(gym.Env[dict, str]):
 
     async def _verify(self, task: Task, answer: str) -> Score:
         """The verifier's score, under the verification deadline (overrun: 0)."""
+        if getattr(self.verifier, "inline", False):  # cheap and pure: no thread, no deadline
+            return self.verifier(task, answer)
         averify = getattr(self.verifier, "averify", None)
         # Off the event loop either way: a slow verifier (math-verify, SQL
         # execution) must not stall the other episodes sharing this loop.

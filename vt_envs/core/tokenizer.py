@@ -30,6 +30,7 @@ import functools
 import itertools
 import json
 import os
+import re
 import string
 import sys
 from collections import OrderedDict
@@ -119,6 +120,12 @@ class ChatTokenizer(abc.ABC):
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:
         """Return the text of ``ids``, special tokens kept."""
 
+    def encode_with_text(self, text: str) -> tuple[list[int], str]:
+        """``(encode(text), decode(encode(text)))``; a tokenizer that knows the
+        decode gives ``text`` back may skip it."""
+        ids = self.encode(text)
+        return ids, self.decode(ids)
+
     @abc.abstractmethod
     def apply_chat_template(
         self,
@@ -205,6 +212,7 @@ class VTTokenizer(ChatTokenizer):
         # A twin that treats special-token strings as plain text (encode_text).
         self._plain = type(tokenizer).from_str(tokenizer.to_str())
         self._plain.encode_special_tokens = True
+        self._pieces = _PieceCache.for_tokenizer(tokenizer)
 
     def _token_id(self, token: str, role: str) -> int:
         token_id = self._tokenizer.token_to_id(token)
@@ -245,7 +253,17 @@ class VTTokenizer(ChatTokenizer):
         )
 
     def encode(self, text: str) -> list[int]:
+        if self._pieces is not None:
+            return self._pieces.encode(text)[0]
         return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_with_text(self, text: str) -> tuple[list[int], str]:
+        if self._pieces is not None:
+            ids, lossless = self._pieces.encode(text)
+            if lossless:  # every piece was checked to decode to itself
+                return ids, text
+            return ids, self.decode(ids)
+        return super().encode_with_text(text)
 
     def encode_text(self, text: str) -> list[int]:
         return self._plain.encode(text, add_special_tokens=False).ids
@@ -274,6 +292,63 @@ class VTTokenizer(ChatTokenizer):
             raise TemplateError(
                 f"rendering the chat template of {self.name!r} failed: {exc}"
             ) from exc
+
+
+class _PieceCache:
+    """``tokenizer.encode`` piece by piece, the pieces between added tokens cached.
+
+    ``tokenizers`` splits its input at added tokens before anything else and
+    encodes each piece on its own, so encoding a render piece by piece gives
+    the same ids, and a piece seen before (a system prompt with its tool
+    descriptions, a template's markup) is not encoded again. Used only for
+    a tokenizer where that holds by construction (no normalizer; no added
+    token strips whitespace or matches only whole words) and is confirmed on
+    probes; :meth:`for_tokenizer` returns ``None`` otherwise.
+    """
+
+    _MAX_PIECES = 2048
+
+    def __init__(self, tokenizer: Any, added: Mapping[str, int]):
+        self._tokenizer = tokenizer
+        self._added = dict(added)
+        # Longest first: the leftmost-longest match, as the tokenizer's own splitter.
+        alternatives = sorted(added, key=len, reverse=True)
+        self._split = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")").split
+        # piece -> (its ids, whether they decode to the piece itself)
+        self._cache: dict[str, tuple[tuple[int, ...], bool]] = {}
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any) -> _PieceCache | None:
+        tokens = tokenizer.get_added_tokens_decoder()
+        if not tokens or getattr(tokenizer, "normalizer", None) is not None:
+            return None
+        if any(t.lstrip or t.rstrip or t.single_word for t in tokens.values()):
+            return None
+        cache = cls(tokenizer, {t.content: i for i, t in tokens.items()})
+        for content in cache._added:
+            probe = f"a {content} b\n{content}\n\n x{content}{content}y \t{content}  "
+            if cache.encode(probe)[0] != tokenizer.encode(probe, add_special_tokens=False).ids:
+                return None
+        return cache
+
+    def encode(self, text: str) -> tuple[list[int], bool]:
+        """``text``'s ids, and whether decoding them gives ``text`` back."""
+        ids: list[int] = []
+        lossless = True
+        for i, piece in enumerate(self._split(text)):
+            if i % 2:  # an added token (the split's captured separators)
+                ids.append(self._added[piece])
+            elif piece:
+                known = self._cache.get(piece)
+                if known is None:
+                    piece_ids = tuple(self._tokenizer.encode(piece, add_special_tokens=False).ids)
+                    known = piece_ids, self._tokenizer.decode(piece_ids) == piece
+                    if len(self._cache) >= self._MAX_PIECES:  # first in, first out
+                        del self._cache[next(iter(self._cache))]
+                    self._cache[piece] = known
+                ids.extend(known[0])
+                lossless = lossless and known[1]
+        return ids, lossless
 
 
 class HFTokenizer(ChatTokenizer):
@@ -583,6 +658,9 @@ class ObservationEncoder:
         marks = sum(str(m.get("content", "")).count(IMAGE_MARK) for m in messages)
         queue = self._image_queue(images, marks)
         if not any(self.tokenizer.contains_special(str(m.get("content", ""))) for m in messages):
+            if not marks:
+                ids, decoded = self.tokenizer.encode_with_text(text)
+                return _array(ids), decoded
             return self._pair(self._encode_around_images(text, self.tokenizer.encode, queue))
         return self._pair(self._encode_with_plain_contents(messages, text, queue))
 

@@ -14,7 +14,9 @@ session)}``, still open, so it can grade where the episode's state already
 is (VT-SQL-v0 runs the answer's SQL in the episode's own worker; it still
 grades only the answer's text, never what a tool printed).
 Either way the env gives it a deadline (``ToolEnv(verify_timeout_s=...)``):
-a verification that overruns it scores 0.
+a verification that overruns it scores 0. A verifier that sets ``inline =
+True`` promises to be cheap and pure (a string comparison, linear in the
+answer): the env calls it directly, without a thread hop or a deadline.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class ExactMatch:
     Args:
         case_sensitive: compare case-sensitively (default ``True``).
     """
+
+    inline = True  # a string comparison: the env calls it directly
 
     def __init__(self, *, case_sensitive: bool = True):
         self.case_sensitive = case_sensitive

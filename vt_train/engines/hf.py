@@ -390,19 +390,34 @@ class HFEngine(RolloutEngine):
         return ids, mask
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
-        """One token per row; records each row's logprob in ``row.logprobs``."""
-        temperatures = torch.tensor(
-            [row.request.params.temperature or 1.0 for row in rows], device=logits.device
-        )
+        """One token per row; records each row's logprob in ``row.logprobs``.
+
+        Sampling is the exponential race (Gumbel-max): ``argmax(log p - log E)``
+        with ``E ~ Exp(1)`` per token draws from ``p`` exactly, in one batched
+        argmax. Each seeded row fills its own noise from its own generator, so
+        its tokens do not depend on what shares the batch; the unseeded rows
+        share one draw from the engine's generator.
+        """
+        params = [row.request.params for row in rows]
+        temperatures = torch.tensor([p.temperature or 1.0 for p in params], device=logits.device)
         logprobs = torch.log_softmax(ban_tokens(logits / temperatures[:, None], self._banned), -1)
-        tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
-        for i, row in enumerate(rows):
-            params = row.request.params
-            if params.temperature == 0:
-                tokens[i] = torch.argmax(logprobs[i])
-            else:
-                probs = _top_p(logprobs[i].exp(), params.top_p)
-                tokens[i] = torch.multinomial(probs, 1, generator=row.generator or self._rng)[0]
+        sampled = [i for i, p in enumerate(params) if p.temperature != 0]
+        scores = logprobs
+        if sampled:
+            top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+            if bool((top_p < 1.0).any()):
+                scores = _top_p_mask(logprobs, top_p)
+            noise = torch.ones_like(logprobs)  # greedy rows: log 1 = 0 leaves the argmax
+            shared = [i for i in sampled if rows[i].generator is None]
+            for i in sampled:
+                if rows[i].generator is not None:
+                    noise[i].exponential_(generator=rows[i].generator)
+            if shared:
+                noise[shared] = torch.empty(
+                    (len(shared), logprobs.shape[-1]), device=logits.device
+                ).exponential_(generator=self._rng)
+            scores = scores - noise.log()
+        tokens = torch.argmax(scores, -1)
         chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()
         for row, logprob in zip(rows, chosen):
             row.logprobs.append(logprob)
@@ -499,15 +514,16 @@ class HFEngine(RolloutEngine):
             await self._worker  # let the running rows finish; the thread cannot be killed
 
 
-def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero out the tail outside the smallest set with mass >= ``top_p``
-    (``torch.multinomial`` renormalizes)."""
-    if top_p >= 1.0:
-        return probs
-    sorted_probs, order = torch.sort(probs, descending=True)
+def _top_p_mask(logprobs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """``logprobs`` with ``-inf`` outside each row's smallest set of tokens whose
+    mass is >= its ``top_p`` (rows with ``top_p >= 1`` unchanged)."""
+    sorted_logprobs, order = torch.sort(logprobs, descending=True, dim=-1)
+    sorted_probs = sorted_logprobs.exp()
     # Keep a token if the mass before it is < top_p (the first is always kept).
-    keep = (sorted_probs.cumsum(-1) - sorted_probs) < top_p
-    return torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+    keep_sorted = (sorted_probs.cumsum(-1) - sorted_probs) < top_p[:, None]
+    keep_sorted |= top_p[:, None] >= 1.0
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return logprobs.masked_fill(~keep, float("-inf"))
 
 
 def _tied_keys(model: Any) -> set[str]:

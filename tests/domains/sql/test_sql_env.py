@@ -159,3 +159,49 @@ def test_task_ids_resolve_without_generating_the_split(sql_cache):
             env.tasks.get("sql/tpch/train/10000")
     finally:
         env.close()
+
+
+# A coin the agent can flip with the tool: its result differs between executions.
+COIN = "SELECT (random() < 0.5)::INTEGER AS heads"
+
+
+def _coin_task(db_path) -> vt_envs.Task:
+    return vt_envs.Task("coin", "Flip until heads.", gold="SELECT 1 AS heads",
+                        assets={"db_path": str(db_path)})  # fmt: skip
+
+
+def test_an_answer_the_episode_already_ran_is_graded_on_the_result_it_saw(db_paths):
+    """Through gym.make: flip with the tool until it shows heads, then answer the same
+    SQL. Graded on the result the agent saw, every episode scores 1.0; run again, the
+    coin would come up tails about half the time."""
+    env = gym.make("VT-SQL-v0", split="test", max_turns=40)
+    task = _coin_task(db_paths["shop"])
+    rewards = []
+    for _ in range(16):
+        env.reset(options={"task": task})
+        while True:
+            _, _, _, _, info = env.step(f"<sql>{COIN}</sql>")
+            if info["message"]["content"].splitlines()[1].strip() == "1":
+                break
+        _, reward, terminated, _, info = env.step(f"<answer>{COIN}</answer>")
+        assert terminated
+        rewards.append(reward)
+    env.close()
+    assert rewards == [1.0] * 16
+
+
+def test_a_new_episode_never_reuses_the_last_episodes_results(db_paths):
+    """An episode that answers the coin SQL without running it gets a fresh flip, even
+    right after an episode that saw heads for the same SQL on the same worker."""
+    env = gym.make("VT-SQL-v0", split="test", max_turns=40)
+    task = _coin_task(db_paths["shop"])
+    rewards = []
+    for _ in range(16):
+        env.reset(options={"task": task})  # this episode sees heads ...
+        while env.step(f"<sql>{COIN}</sql>")[4]["message"]["content"].splitlines()[1] != "1":
+            pass
+        env.step(f"<answer>{COIN}</answer>")
+        env.reset(options={"task": task})  # ... the next one answers blind
+        rewards.append(env.step(f"<answer>{COIN}</answer>")[1])
+    env.close()
+    assert 0.0 in rewards and 1.0 in rewards, rewards

@@ -192,3 +192,93 @@ def test_extract_sql():
     assert extract_sql("  SELECT 1; ") == "SELECT 1;"
     assert extract_sql("Here:\n```sql\nSELECT 2\n```\nDone") == "SELECT 2"
     assert extract_sql("```\nSELECT 3\n```") == "SELECT 3"
+
+
+def _spy_executions(monkeypatch) -> list[str]:
+    from vt_envs.domains.sql import worker
+
+    ran: list[str] = []
+    real = worker.execute_query
+
+    def counting(con, sql, **kwargs):
+        ran.append(sql)
+        return real(con, sql, **kwargs)
+
+    monkeypatch.setattr(worker, "execute_query", counting)
+    return ran
+
+
+def _query(db: str, sql: str, **extra) -> dict:
+    return {"op": "query", "db": db, "sql": sql, "timeout_s": 5, "max_rows": 2,
+            "max_chars": 9000, "max_cell_chars": 60, "count_limit": 100, **extra}  # fmt: skip
+
+
+def _verify(db: str, gold: str, answer: str, **extra) -> dict:
+    return {"op": "verify", "db": db, "gold": gold, "answer": answer, "timeout_s": 5,
+            "max_result_rows": 100, "order_matters": False, "column_order_insensitive": False,
+            "rel_tol": 1e-6, "abs_tol": 1e-9, **extra}  # fmt: skip
+
+
+def test_the_worker_grades_an_answer_it_already_ran_without_running_it(tiny_db, monkeypatch):
+    from vt_envs.domains.sql import worker
+
+    ran = _spy_executions(monkeypatch)
+    handle = worker.serve({})
+    names = "SELECT name FROM emp WHERE dept <> 'hr'"
+    shown = handle(_query(tiny_db, names, new_episode=True))
+    assert shown["rows"] == 2 and "(showing 2 of 4 rows)" in shown["text"]  # 4 kept, 2 shown
+    reply = handle(_verify(tiny_db, "SELECT name FROM emp WHERE salary IS NOT NULL", names,
+                           episode=True))  # fmt: skip
+    assert reply["value"] == 1.0
+    assert ran == [names, "SELECT name FROM emp WHERE salary IS NOT NULL"]  # the gold only
+    # Another answer, or a verification outside the episode, runs the SQL.
+    handle(_verify(tiny_db, "SELECT 1", "SELECT 2", episode=True))
+    handle(_verify(tiny_db, "SELECT 1", names))
+    assert ran[2:] == ["SELECT 1", "SELECT 2", names]
+
+
+def test_a_result_past_the_count_limit_is_not_kept(tiny_db, monkeypatch):
+    from vt_envs.domains.sql import worker
+
+    ran = _spy_executions(monkeypatch)
+    handle = worker.serve({})
+    handle({**_query(tiny_db, "SELECT * FROM range(500)", new_episode=True)})
+    handle(_verify(tiny_db, "SELECT * FROM range(500)", "SELECT * FROM range(500)", episode=True,
+                   max_result_rows=1000))  # fmt: skip
+    assert ran.count("SELECT * FROM range(500)") == 3  # query, gold, answer: nothing kept
+
+
+def test_new_episode_drops_the_kept_results(tiny_db, monkeypatch):
+    from vt_envs.domains.sql import worker
+
+    ran = _spy_executions(monkeypatch)
+    handle = worker.serve({})
+    handle(_query(tiny_db, "SELECT 7", new_episode=True))
+    handle(_verify(tiny_db, "SELECT 7", "SELECT 7", episode=True, new_episode=True))
+    assert ran == ["SELECT 7", "SELECT 7", "SELECT 7"]  # query, gold, and the answer again
+
+
+def test_exact_results_match_without_the_tolerant_comparison(monkeypatch):
+    from vt_envs.domains.sql import results
+
+    rows = [(i % 7, f"name {i}", i * 0.5) for i in range(2000)]
+    shuffled = rows[::-1]
+    calls = []
+    real = results._same_rows
+    monkeypatch.setattr(results, "_same_rows", lambda *a: calls.append(1) or real(*a))
+    assert results.results_match(rows, shuffled)
+    assert results.results_match(rows, rows, order_matters=True)
+    assert not calls  # decided by the multiset / list equality alone
+    assert results.results_match([(1.0000001,)], [(1.0,)]) and calls  # tolerance still applies
+    # Equal multisets of values that round alike (6 significant digits) no longer
+    # depend on the sort order the tolerant path sees.
+    assert results.results_match([(1234565.0,), (1234574.0,)], [(1234574.0,), (1234565.0,)])
+
+
+def test_a_kept_gold_is_normalized_once():
+    from vt_envs.domains.sql.results import ResultRows, results_match
+
+    gold = ResultRows([(decimal.Decimal("1.5"), datetime.date(2020, 1, 2))])
+    assert results_match(gold, [(1.5, "2020-01-02")])
+    first = gold.normalized
+    assert results_match(gold, [(1.5, "2020-01-02")]) and gold.normalized is first

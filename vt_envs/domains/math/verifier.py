@@ -25,6 +25,7 @@ Two paths:
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
 import os
@@ -250,6 +251,16 @@ class MathVerifier:
         verdict, detail = self.compare(str(task.gold), answer)
         value = float(verdict)
         return Score(value, {"correct": value}, detail)
+
+    async def averify(self, task: Task, answer: str) -> Score:
+        """The env's entry point: the exact path inline (string work, no thread hop);
+        only an answer it cannot decide goes to math-verify, in a thread."""
+        gold, given = extract_final_answer(str(task.gold)), extract_final_answer(answer)
+        verdict = _fast_verdict(gold, given, self.float_rounding) if given else False
+        if not given or (self.fast_path and verdict is not None):
+            value = float(bool(verdict))
+            return Score(value, {"correct": value}, "exact" if given else "no answer")
+        return await asyncio.to_thread(self, task, answer)
 
     def equivalent(self, gold: str, answer: str) -> bool:
         """Whether ``answer`` is mathematically equivalent to ``gold``."""

@@ -82,6 +82,8 @@ class AnswerMatch:
     """Scores an answer by ``metric`` (``"em"`` default, ``"f1"``, ``"substring_em"``);
     every metric is reported in the score's parts."""
 
+    inline = True  # string normalization and token overlap: the env calls it directly
+
     def __init__(self, metric: str = "em"):
         if metric not in METRICS:
             raise InvalidConfigError(f"metric must be one of {METRICS}, got {metric!r}")

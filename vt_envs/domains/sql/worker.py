@@ -120,7 +120,7 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
             "ok": True,
             "error": None,
             "text": text,
-            "rows": len(outcome.rows),
+            "rows": min(len(outcome.rows), max_rows),
             "truncated": truncated,
             "exec_s": outcome.exec_s,
         }

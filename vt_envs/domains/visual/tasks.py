@@ -126,6 +126,8 @@ class ChoiceMatch:
     """Scores a letter (``"B"``, ``"(B)"``, ``"B) blue"``) or an option's text against the gold
     letter; in the open form, the normalized answer against the gold text."""
 
+    inline = True  # a letter or a normalized string compared: the env calls it directly
+
     def __call__(self, task: Task, answer: str) -> Score:
         choices = list(task.assets.get("choices", ()))
         gold = str(task.gold)
