@@ -140,7 +140,7 @@ def render(report: dict[str, Any]) -> str:
         [
             "| side | generated tokens/s (median) |",
             "|---|---:|",
-            f"| HFEngine (seeded rows, continuous batching) | {report['engine_tokens_per_s']:,.0f} |",
+            f"| HFEngine (seeded rows) | {report['engine_tokens_per_s']:,.0f} |",
             f"| `model.generate` (one batch) | {report['generate_tokens_per_s']:,.0f} |",
             f"| HFEngine ÷ generate | **{report['ratio']:.2f}x** |",
             "",
