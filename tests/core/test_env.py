@@ -269,3 +269,30 @@ def test_json_action_format_prompt_lists_function_specs():
         '<tool_call>{"name": "echo", "arguments": {"text": "j"}}</tool_call>'
     )
     assert info["message"]["content"] == "j"
+
+
+def test_an_inline_verifier_runs_on_the_loop_and_a_plain_one_in_a_thread():
+    from vt_envs.core.loop import on_library_loop
+
+    seen: dict[str, bool] = {}
+
+    class Recording(ExactMatch):
+        def __init__(self, name: str, inline: bool):
+            super().__init__()
+            self.name, self.inline = name, inline
+
+        def __call__(self, task, answer):
+            seen[self.name] = on_library_loop()
+            return super().__call__(task, answer)
+
+    for name, inline in (("inline", True), ("threaded", False)):
+        env = ToolEnv(
+            tools=[EchoTool(timeout_s=2.0)],
+            tasks=make_tasks(),
+            verifier=Recording(name, inline),
+            instructions="Answer.",
+        )
+        env.reset(options={"task_id": "t3"})
+        assert env.step("<answer>21</answer>")[1] == 1.0
+        env.close()
+    assert seen == {"inline": True, "threaded": False}

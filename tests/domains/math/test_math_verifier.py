@@ -191,3 +191,26 @@ def test_bad_config_raises():
         MathVerifier(timeout_s=0)
     with pytest.raises(InvalidConfigError):
         MathVerifier(float_rounding=-1)
+
+
+@pytest.mark.asyncio
+async def test_averify_decides_exact_answers_inline_and_sends_the_rest_to_a_thread(
+    verifier, monkeypatch
+):
+    import asyncio
+
+    threaded: list[str] = []
+    real = asyncio.to_thread
+
+    async def spy(func, *args):
+        threaded.append(args[1])
+        return await real(func, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", spy)
+    for gold, answer, value in [("12", "\\boxed{12}", 1.0), ("1/3", "0.33", 0.0),
+                                ("7", "8", 0.0), ("12", "", 0.0)]:  # fmt: skip
+        score = await verifier.averify(Task("t", "q", gold=gold), answer)
+        assert score.value == value == verifier(Task("t", "q", gold=gold), answer).value
+    assert threaded == []
+    score = await verifier.averify(Task("t", "q", gold="12"), "12 cm")
+    assert score.value == 1.0 and score.parts == {"correct": 1.0} and threaded == ["12 cm"]
