@@ -10,6 +10,9 @@ comparison whose peer virtualenv is in ``DIR``:
   answer pairs, grades/s (and how many each judged correct);
 - ``math-episodes``: answer-only VT-Math-v0 episodes vs GEM MathEnv's on the same
   questions, episodes/s;
+- ``math-python``: one-call episodes (a Python call that prints the answer, then
+  the answer): VT-Math-v0 with its sandboxed interpreter vs GEM's MathEnv wrapped
+  with its ``PythonCodeTool`` (a subprocess per call, unsandboxed), episodes/s;
 - ``python-tool``: a call to VT's sandboxed persistent Python vs SkyRL-gym's python
   tool (a fresh ``python -c`` each, unsandboxed), calls/s;
 - ``grpo-step``: a GRPO step (generation + update) of VT's trainer vs TRL's
@@ -114,6 +117,9 @@ COMPARISONS: tuple[Comparison, ...] = (
                "vt_grade.py", "gem_grade.py", _pairs, 120, "grades"),
     Comparison("math-episodes", "VT-Math-v0 vs MathEnv, answer-only episodes", "gem", "GEM",
                "vt_math_episode.py", "gem_math_episode.py", _problems, 40, "episodes"),
+    Comparison("math-python", "VT-Math-v0 vs MathEnv + PythonCodeTool, one-call episodes",
+               "gem", "GEM", "vt_math_python.py", "gem_math_python.py", _problems, 20,
+               "episodes"),
     Comparison("python-tool", "a Python tool call (VT: sandboxed, persistent)", "skyrl",
                "SkyRL-gym", "vt_python.py", "skyrl_python.py", _codes, 40, "calls"),
     Comparison("grpo-step", "a GRPO step, tiny Qwen2, 8 prompts x 8, 16 new tokens", "trl",
