@@ -453,4 +453,7 @@ async def test_unseeded_rows_share_the_engines_generator_reproducibly():
         await engine.aclose()
         return [g.token_ids for g in out]
 
-    assert await draw() == await draw()
+    first = await draw()
+    assert first == await draw()
+    greedy = await gather(HFEngine(model, TOK), PROMPTS, SamplingParams(6, temperature=0.0))
+    assert first != [g.token_ids for g in greedy]  # sampled, not the argmax
