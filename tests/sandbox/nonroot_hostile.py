@@ -71,7 +71,7 @@ async def run_case(tool, kind: str, name: str, code: str, check) -> str | None:
 async def main() -> None:
     assert os.geteuid() != 0, "run this as an unprivileged user"
     python, bash = (
-        PythonTool(timeout_s=TIMEOUT_S, policy=SMALL, lazy_start=False),
+        PythonTool(timeout_s=TIMEOUT_S, policy=SMALL, lazy_start=False, recycle=False),
         BashTool(timeout_s=TIMEOUT_S, policy=SMALL),
     )
     report = {"uid": os.geteuid(), "layers": python.describe(), "ran": [], "failures": {}}

@@ -269,7 +269,7 @@ def canary():
 
 @pytest.fixture(scope="module")
 def python_tool():
-    return PythonTool(timeout_s=TIMEOUT_S, policy=SMALL, lazy_start=False)
+    return PythonTool(timeout_s=TIMEOUT_S, policy=SMALL, lazy_start=False, recycle=False)
 
 
 @pytest.fixture(scope="module")

@@ -198,6 +198,7 @@ def _run_python(setup):
     os.close(devnull)
     fresh = setup.get("python_mode") == "fork"
     own_pid_ns = setup.get("own_pid_ns", False)  # never kill(-1) outside a pid namespace
+    supervised = setup.get("supervised", False)  # an episode of a recycled sandbox
     max_repr = int(setup.get("max_repr_chars", 10000))
     builtins_snapshot = dict(builtins.__dict__)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
@@ -334,7 +335,9 @@ def _run_python(setup):
             except BaseException:  # the agent closed or replaced the streams
                 pass
             builtins.__dict__.update(builtins_snapshot)  # undo `del builtins.print` & co
-            if own_pid_ns:
+            if supervised:  # kill(-1) would hit our supervisor too: spare it by pid
+                _kill_all_but({1, _os_getpid(), os.getppid()})
+            elif own_pid_ns:
                 try:
                     _os_kill(-1, signal.SIGKILL)  # children the call left behind (not us, not init)
                 except OSError:
@@ -358,6 +361,105 @@ def _run_python(setup):
         _write_frame(_CTRL_FD, reply)
         if reply["status"] == "exit":
             _os_exit(0)
+
+
+def _kill_all_but(spare):
+    """SIGKILL every process in our pid namespace but ``spare``, until none is left
+    (a fork bomb's new children are caught by the next pass; the pids cgroup bounds it)."""
+    for _ in range(2000):
+        victims = [int(n) for n in _os_listdir("/proc") if n.isdigit() and int(n) not in spare]
+        if not victims:
+            return
+        for pid in victims:
+            try:
+                _os_kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:  # our own children: reap them, or they stay listed as zombies
+            try:
+                if _os_waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except OSError:
+                break
+
+
+def _run_recycled(setup):
+    """Serve episode after episode in this sandbox (``setup["recycle_fds"]``).
+
+    This process stays pristine: it never runs model code and never reads a
+    request or a reply. Each episode's interpreter is a child forked from it,
+    which first closes this process's private pipes (so nothing the model runs
+    can read or write them; this process is not dumpable, so its ``/proc``
+    entries stay closed too) and then serves the host's requests as a fresh
+    sandbox would. When the host ends the episode through the private pipe
+    (it sends an output marker), every other process of the sandbox is
+    killed, the writable directories are emptied, the marker is written to
+    fds 1 and 2 (the host drops the dead episode's output up to it), the next
+    interpreter is forked, and ``r`` on the private pipe tells the host.
+    """
+    PR_SET_DUMPABLE = 4
+    _check(_LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+    ends, acks = setup["recycle_fds"]
+    episode = {**setup, "supervised": True}
+    while True:
+        child = os.fork()
+        if child == 0:
+            try:
+                os.close(ends)
+                os.close(acks)
+                os.chdir(setup["workdir"])  # the directory was emptied and made again
+                _run_python(episode)
+            finally:
+                _os_exit(70)
+        try:
+            marker = _read_line(ends)
+        except EOFError:  # the host is done with this sandbox
+            _os_exit(0)
+        try:
+            _os_kill(-1, signal.SIGKILL)  # the episode's every process (never us, never init)
+        except OSError:
+            pass
+        _kill_all_but({1, _os_getpid()})
+        for path in (setup["workdir"], "/tmp", "/dev/shm", "/var/tmp", "/root", "/home"):
+            _empty_dir(path)
+        os.makedirs(setup["workdir"], exist_ok=True)
+        _os_write(1, marker)
+        _os_write(2, marker)
+        _os_write(acks, b"r")
+
+
+def _read_line(fd):
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = _os_read(fd, 1)
+        if not chunk:
+            raise EOFError
+        data += chunk
+        if len(data) > 256:
+            raise EOFError
+    return data[:-1]
+
+
+def _empty_dir(path):
+    """Delete what is in ``path`` (never crossing into another mount), best effort."""
+    try:
+        top = os.lstat(path)
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_dev != top.st_dev:  # a mount point (a bind): leave it alone
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)  # a directory made unwritable still goes
+                _empty_dir(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
 
 
 def _thread_count():
@@ -421,6 +523,8 @@ def _main():
         _run_bash(setup)
     elif setup["mode"] == "service":
         _run_service(setup)
+    elif setup.get("recycle_fds"):
+        _run_recycled(setup)
     else:
         _run_python(setup)
 

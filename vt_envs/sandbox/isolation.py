@@ -429,7 +429,7 @@ def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
     program = None
     if policy.seccomp and seccomp.supported():
         program = seccomp.sandbox_filter()
-        layers.append("seccomp (deny socket() of every family, io_uring, ptrace)")
+        layers.append("seccomp (no socket() of any family, io_uring, ptrace, SysV IPC, keyrings)")
     elif policy.seccomp:
         inactive.append(("seccomp", f"no syscall table for {os.uname().machine}"))
     else:

@@ -229,6 +229,10 @@ class SandboxProcess:
         self._signalled = False  # SIGKILL sent (kill_now); kill() still reaps
         self._killed = False
         self._tree: set[int] = set()  # every host pid of this sandbox seen so far
+        self._ends = -1  # recycling: the host ends an episode here (an output marker) ...
+        self._acks_fd = -1  # ... and the sandbox's pristine parent answers b"r" here
+        self._acks: asyncio.StreamReader | None = None
+        self._acks_transport: asyncio.BaseTransport | None = None
 
     @classmethod
     async def start(
@@ -243,6 +247,7 @@ class SandboxProcess:
         binds: Mapping[str, str] | None = None,
         rw_binds: Mapping[str, str] | None = None,
         start_timeout_s: float = 10.0,
+        recycle: bool = False,
     ) -> SandboxProcess:
         """Start a sandbox and wait until the code inside is ready for requests.
 
@@ -252,9 +257,15 @@ class SandboxProcess:
         ``rw_binds`` likewise, bound read-write (an agent's working copy). The
         isolation-less backend binds nothing.
 
+        ``recycle`` (python mode in a sandbox with its own pid namespace, no
+        binds): the sandbox can serve episode after episode (:meth:`recycle`).
+
         Raises :class:`SandboxUnavailableError` when it does not come up.
         """
         self = cls()
+        recycle = (
+            recycle and mode == "python" and isolation.sandboxed and not binds and not rw_binds
+        )
         policy = isolation.policy
         self.isolation = isolation
         # As root, every sandbox runs as a fresh host uid; otherwise as the caller's
@@ -270,16 +281,21 @@ class SandboxProcess:
         rw_binds = _check_binds(rw_binds or {})
         cgroup_fds: list[int] = []
         ctrl_r = -1
+        inner: tuple[int, ...] = ()  # the recycling pipes' ends inside the sandbox
         try:
             cgroup_fds = self._make_cgroup()
             ctrl_r, ctrl_w = os.pipe()
+            if recycle:
+                ends_r, self._ends = os.pipe()
+                acks_r, acks_w = os.pipe()
+                self._acks_fd, inner = acks_r, (ends_r, acks_w)
             try:
                 self.proc = await asyncio.create_subprocess_exec(
                     *isolation.command(ctrl_w, self.workdir, binds=binds, rw_binds=rw_binds),
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT if mode == "bash" else asyncio.subprocess.PIPE,
-                    pass_fds=(ctrl_w, *cgroup_fds),
+                    pass_fds=(ctrl_w, *cgroup_fds, *inner),
                     start_new_session=True,
                     # bwrap too gets only our variables: its own /proc/<pid>/environ
                     # must not show the host's environment to the code inside.
@@ -288,14 +304,17 @@ class SandboxProcess:
                 )
             finally:
                 os.close(ctrl_w)
-                for fd in cgroup_fds:
+                for fd in (*cgroup_fds, *inner):
                     os.close(fd)
         except BaseException:
-            if ctrl_r >= 0:
-                os.close(ctrl_r)
+            for fd in (ctrl_r, self._ends, self._acks_fd):
+                if fd >= 0:
+                    os.close(fd)
+            self._ends = self._acks_fd = -1
             self._release_host_resources()
             raise
         extra = {
+            "recycle_fds": list(inner) or None,
             "python_mode": python_mode,
             "max_repr_chars": max_repr_chars,
             "service": dict(service) if service else None,
@@ -361,6 +380,11 @@ class SandboxProcess:
         self._ctrl_transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(self._ctrl), os.fdopen(ctrl_r, "rb", 0)
         )
+        if self._acks_fd >= 0:
+            self._acks = asyncio.StreamReader(limit=1 << 10)
+            self._acks_transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(self._acks), os.fdopen(self._acks_fd, "rb", 0)
+            )
         cap = policy.max_output_bytes
         self.stdout = _Collector(self.proc.stdout, cap)
         self.stderr = _Collector(self.proc.stderr, cap) if mode != "bash" else None
@@ -496,6 +520,38 @@ class SandboxProcess:
         err = await self.stderr.wait(5.0)
         return reply, out, err
 
+    @property
+    def recyclable(self) -> bool:
+        """Started with ``recycle=True`` (and still able to serve another episode)."""
+        return self._acks is not None and self.alive
+
+    async def recycle(self, timeout_s: float = 5.0) -> bool:
+        """End this sandbox's episode and make it ready for the next one, as fresh.
+
+        The sandbox's pristine parent kills every process of the episode,
+        empties the writable directories and forks a new interpreter; the
+        episode's output up to that point is dropped. ``False`` (the caller
+        kills the sandbox) if it is not recyclable or does not answer in time.
+        """
+        if not self.recyclable:
+            return False
+        marker = _new_nonce()
+        self.stdout.begin(marker.encode())
+        if self.stderr is not None:
+            self.stderr.begin(marker.encode())
+        try:
+            os.write(self._ends, marker.encode() + b"\n")
+            async with asyncio.timeout(timeout_s):
+                if await self._acks.readexactly(1) != b"r":
+                    return False
+                await self.stdout.wait(timeout_s)
+                if self.stderr is not None:
+                    await self.stderr.wait(timeout_s)
+                ready = await self.read_frame()  # the new interpreter's
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, WorkerLost):
+            return False
+        return ready.get("status") == "ready"
+
     async def request(self, payload: Any, timeout_s: float) -> Any:
         """Service mode: send ``payload``, return the service's reply payload.
 
@@ -544,6 +600,15 @@ class SandboxProcess:
                 collector.cancel()
         if self._ctrl_transport:
             self._ctrl_transport.close()
+        if self._acks_transport:
+            self._acks_transport.close()
+        elif self._acks_fd >= 0:  # never connected (the start failed first)
+            with contextlib.suppress(OSError):
+                os.close(self._acks_fd)
+        if self._ends >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._ends)
+            self._ends = -1
         if hasattr(self, "proc") and self.proc.stdin:
             self.proc.stdin.close()
         if self._host_workdir:

@@ -68,14 +68,20 @@ class WarmPool:
     ``python_mode``, ``service``, ``binds``...), the same for every sandbox.
     Bound to the event loop it first runs on (pipes belong to a loop); on a
     different loop it starts nothing and hands nothing out.
+
+    With ``recycled > 0`` (and ``recycle=True`` in ``start_options``), an
+    episode's sandbox is given back at its end (:meth:`give_back`) and, once
+    recycled (as fresh: see :meth:`SandboxProcess.recycle`), kept for the next
+    episode, up to ``recycled`` of them besides the ``size`` prestarted ones.
     """
 
-    def __init__(self, isolation: Isolation, *, size: int, **start_options: Any):
-        self.isolation, self.size = isolation, size
+    def __init__(self, isolation: Isolation, *, size: int, recycled: int = 0, **start_options: Any):
+        self.isolation, self.size, self.recycled = isolation, size, recycled
         self.start_options = {"mode": "python", **start_options}
         self._ready: list[SandboxProcess] = []
         self._filling: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
 
     def _same_loop(self) -> bool:
         loop = asyncio.get_running_loop()
@@ -85,7 +91,7 @@ class WarmPool:
 
     def fill(self) -> None:
         """Start sandboxes in the background until ``size`` are ready or starting."""
-        if not self._same_loop():
+        if not self._same_loop() or self._closed:
             return
         while len(self._ready) + len(self._filling) < self.size:
             task = asyncio.ensure_future(self._start_one())
@@ -98,17 +104,32 @@ class WarmPool:
             self._ready.append(proc)
 
     def take(self) -> SandboxProcess | None:
-        """A ready sandbox, or ``None``; schedules a refill either way."""
-        if not self._same_loop():
+        """A ready sandbox (the latest recycled first), or ``None``; schedules a
+        refill either way."""
+        if not self._same_loop() or self._closed:
             return None
         proc = None
         while self._ready and proc is None:
-            candidate = self._ready.pop(0)
+            candidate = self._ready.pop()
             proc = candidate if candidate.alive else None
         self.fill()
         return proc
 
+    async def give_back(self, proc: SandboxProcess) -> None:
+        """Recycle an episode's sandbox for the next one (or kill it: no room, not
+        recyclable, not answering, another loop, the pool closed)."""
+        room = len(self._ready) < self.size + self.recycled and not self._closed
+        try:
+            if room and self._same_loop() and await proc.recycle() and not self._closed:
+                self._ready.append(proc)
+                return
+        except BaseException:
+            await asyncio.shield(proc.kill())
+            raise
+        await proc.kill()
+
     async def close(self) -> None:
+        self._closed = True
         for task in list(self._filling):
             task.cancel()
         with contextlib.suppress(BaseException):
@@ -155,11 +176,26 @@ class PythonWorker(SandboxSession):
                 files=self.files,
                 python_mode=self.mode,
                 max_repr_chars=self.max_repr_chars,
+                recycle=self._pool is not None and self._pool.recycled > 0,
             )
             self._pending_files = False
         else:
             self._pending_files = bool(self.files)
         self._proc, self._pending_seed = proc, True
+
+    async def close(self) -> None:
+        """End the episode: its sandbox goes back to a recycling pool (recycled as
+        fresh for a later episode) or is killed. Idempotent; later calls are refused."""
+        if self._closed:
+            return
+        self._closed = True
+        proc, pool = self._proc, self._pool
+        if proc is None:
+            return
+        if pool is None or pool.recycled == 0 or self._lock.locked():
+            await proc.kill()  # (mid-call: the call's own unwinding kills it as well)
+            return
+        await pool.give_back(proc)
 
     async def run(self, code: str, timeout_s: float) -> PythonOutcome:
         """Run ``code``; never raises for anything the code does."""

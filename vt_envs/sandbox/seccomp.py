@@ -1,4 +1,4 @@
-"""A small seccomp-BPF program: no sockets, no io_uring, no ptrace.
+"""A small seccomp-BPF program: no sockets, no io_uring, no ptrace, no persistent IPC.
 
 The network namespace already leaves the sandbox with only a loopback that
 no host service listens on; this filter is a second, independent layer:
@@ -10,7 +10,10 @@ socket files of host services (databases, desktop buses) — as does
 children (``multiprocessing.Pipe``) and reaches nothing outside.
 ``ptrace``, ``process_vm_readv`` and ``process_vm_writev`` fail with
 ``EPERM``: sandboxed code cannot stop, read or rewrite another process (the
-sandbox's own init among them). Syscalls from a foreign ABI (i386
+sandbox's own init among them), and so do ``shmget``, ``semget``, ``msgget``,
+``mq_open``, ``add_key``, ``request_key`` and ``keyctl``: SysV IPC objects,
+message queues and keyrings outlive the process that made them, and a
+recycled sandbox must hand its next episode nothing. Syscalls from a foreign ABI (i386
 ``int 0x80``, x32) are refused outright, so ``socketcall`` cannot bypass the
 checks.
 
@@ -36,6 +39,13 @@ _ARCH: dict[str, tuple[int, dict[str, int]]] = {
             "ptrace": 101,
             "process_vm_readv": 310,
             "process_vm_writev": 311,
+            "shmget": 29,
+            "semget": 64,
+            "msgget": 68,
+            "mq_open": 240,
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
         },
     ),
     "aarch64": (
@@ -46,11 +56,32 @@ _ARCH: dict[str, tuple[int, dict[str, int]]] = {
             "ptrace": 117,
             "process_vm_readv": 270,
             "process_vm_writev": 271,
+            "shmget": 194,
+            "semget": 190,
+            "msgget": 186,
+            "mq_open": 180,
+            "add_key": 217,
+            "request_key": 218,
+            "keyctl": 219,
         },
     ),
 }
 _DENIED_EACCES = ("io_uring_setup",)  # and socket(), every family
-_DENIED_EPERM = ("ptrace", "process_vm_readv", "process_vm_writev")
+_DENIED_EPERM = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    # State that outlives a process and is shared by the sandbox's processes: SysV
+    # IPC, POSIX message queues, kernel keyrings (per uid). Refused, so nothing an
+    # episode leaves there can reach the next episode of a recycled sandbox.
+    "shmget",
+    "semget",
+    "msgget",
+    "mq_open",
+    "add_key",
+    "request_key",
+    "keyctl",
+)
 
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K

@@ -106,6 +106,7 @@ def make_math_env(
     python_mode: str = "persistent",
     prestart: int = 0,
     lazy_start: bool = True,
+    recycle: bool = True,
     max_turns: int = 8,
     max_tool_calls: int | None = 4,
     max_observation_tokens: int = 512,
@@ -133,6 +134,9 @@ def make_math_env(
         python_timeout_s, isolation, python_mode, prestart: passed to the tool.
         lazy_start: start an episode's sandbox at its first Python call (an
             episode that answers at once costs none); ``False``: at reset.
+        recycle: the next episode reuses the sandbox, recycled as fresh (every
+            process killed, the work dir emptied, a new interpreter forked from
+            a parent that never ran model code); ``False``: a new sandbox each.
 
     Episode:
         observation_format: ``"inline"`` (ToRL, default) or ``"chat"``.
@@ -165,6 +169,7 @@ def make_math_env(
         max_output_chars=max_output_chars,
         prestart=prestart,
         lazy_start=lazy_start,
+        recycle=recycle,
     )
     if action_format is None:
         action_format = "tags" if observation_format == "inline" else "json"

@@ -1,0 +1,164 @@
+"""A recycled sandbox serves its next episode as a fresh one would, through gym.make.
+
+Episode k leaves everything it can behind — globals, files (hidden, nested,
+unwritable), a session-leader daemon, a thread that keeps printing, a fork —
+and episode k+1, in the same sandbox (the same bwrap process), sees none of it.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import vt_envs  # noqa: F401  (registers the ids)
+
+LEAVE_BEHIND = r"""
+import os, subprocess, threading, time
+secret = "episode-k-secret"
+os.makedirs("nested/deeper", exist_ok=True)
+for name in ("left.txt", ".hidden", "nested/deeper/file"):
+    open(name, "w").write(secret)
+os.chmod("nested/deeper", 0o500)
+subprocess.Popen(["sleep", "1000"], start_new_session=True)
+if os.fork() == 0:
+    time.sleep(1000)
+    os._exit(0)
+def chatter():
+    while True:
+        print("LEAK from episode k", flush=True)
+        time.sleep(0.005)
+threading.Thread(target=chatter, daemon=True).start()
+time.sleep(0.05)
+print("left", sorted(os.listdir(".")))
+"""
+
+LOOK_AROUND = r"""
+import os
+others = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+alone = others == sorted({1, os.getppid(), os.getpid()})
+print("secret" in globals(), sorted(os.listdir(".")), alone)
+"""
+
+
+def _text(info) -> str:
+    return info["message"]["content"]
+
+
+def _sandbox(env):
+    return env.unwrapped._live.sessions["python"].process
+
+
+@pytest.fixture
+def env():
+    env = gym.make("VT-Math-v0", split="test", python_timeout_s=10.0)
+    yield env
+    env.close()
+
+
+def test_the_next_episode_sees_nothing_of_the_last_one(env):
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(f"<python>{LEAVE_BEHIND}</python>")
+    assert "left ['.hidden', 'left.txt', 'nested']" in _text(info)
+    first = _sandbox(env)
+    env.step("<answer>0</answer>")
+    env.reset(seed=1)
+    _, _, _, _, info = env.step(f"<python>{LOOK_AROUND}</python>")
+    assert _sandbox(env) is first  # recycled, not a new sandbox
+    assert _text(info).strip() == "False [] True", _text(info)
+    assert "LEAK" not in _text(info)
+    _, _, _, _, info = env.step("<python>import time; time.sleep(0.05); print('quiet')</python>")
+    assert _text(info).strip() == "quiet"
+
+
+def test_the_sandboxs_parent_is_out_of_reach(env):
+    env.reset(seed=0)
+    code = (
+        "import os\nppid = os.getppid()\nfor path in (f'/proc/{ppid}/mem', f'/proc/{ppid}/fd', "
+        "f'/proc/{ppid}/environ'):\n    try:\n        os.listdir(path) if path.endswith('fd') "
+        "else open(path, 'rb').read(1)\n        print('read', path)\n    except OSError as exc:\n"
+        "        print(type(exc).__name__)"
+    )
+    _, _, _, _, info = env.step(f"<python>{code}</python>")
+    assert _text(info).split() == ["PermissionError"] * 3, _text(info)
+
+
+def test_ipc_that_outlives_a_process_is_refused(env):
+    env.reset(seed=0)
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.shmget(0, 4096, 0o1600), ctypes.get_errno() == 1, "
+        "libc.syscall(250 if os.uname().machine == 'x86_64' else 219, 0, 0) , "
+        "ctypes.get_errno() == 1)"
+    )
+    _, _, _, _, info = env.step(f"<python>{code}</python>")
+    assert _text(info).strip() == "-1 True -1 True", _text(info)
+
+
+def test_a_killed_parent_means_a_fresh_sandbox_next_time(env):
+    env.reset(seed=0)
+    env.step("<python>import os, signal\nos.kill(os.getppid(), signal.SIGKILL)</python>")
+    first = _sandbox(env)
+    env.step("<answer>0</answer>")
+    env.reset(seed=1)
+    _, _, _, _, info = env.step(f"<python>{LOOK_AROUND}</python>")
+    assert _sandbox(env) is not first
+    assert _text(info).strip() == "False [] True"
+
+
+def test_a_recycled_episode_replays_its_seed(env):
+    code = "import random\nprint({'apple', 'banana', 'cherry'}, hash('vt'), random.random())"
+    outputs = []
+    for _ in range(3):
+        env.reset(seed=5)
+        outputs.append(_text(env.step(f"<python>{code}</python>")[4]))
+        env.step("<answer>0</answer>")
+    fresh = gym.make("VT-Math-v0", split="test", recycle=False)
+    fresh.reset(seed=5)
+    outputs.append(_text(fresh.step(f"<python>{code}</python>")[4]))
+    fresh.close()
+    assert len(set(outputs)) == 1, outputs
+
+
+HOSTILE = {
+    "fork_bomb": "import os\nwhile True:\n    os.fork()",
+    "daemons": "import subprocess\nfor _ in range(5):\n    subprocess.Popen(['sleep', '1000'], "
+    "start_new_session=True)",
+    "output_flood_forever": "while True:\n    print('x' * 10000)",
+    "memory_bomb": "x = bytearray(10**11)",
+    "files_flood": "for i in range(2000):\n    open(f'f{i}', 'w').write('x' * 1000)",
+    "os_exit": "import os\nos._exit(1)",
+    "close_fds": "import os\nos.close(0)\nos.close(1)\nos.close(2)",
+}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("code", list(HOSTILE.values()), ids=list(HOSTILE))
+async def test_after_a_hostile_episode_the_next_one_starts_clean(code):
+    from sandbox_helpers import SMALL
+
+    from vt_envs.tools.python import PythonTool
+
+    tool = PythonTool(timeout_s=3, policy=SMALL)
+    try:
+        session = await tool.open_session(None)
+        await tool.call(session, {"code": code})
+        await tool.close_session(session)
+        following = await tool.open_session(None)
+        result = await tool.call(following, {"code": LOOK_AROUND})
+        assert result.text.strip() == "False [] True", result.text
+        await tool.close_session(following)
+    finally:
+        await tool.aclose()
+
+
+def test_a_recycled_episode_holds_the_same_descriptors_as_a_fresh_one():
+    code = "import os\nprint(sorted(int(f) for f in os.listdir('/proc/self/fd')))"
+    seen = []
+    for recycle in (True, False):
+        env = gym.make("VT-Math-v0", split="test", recycle=recycle)
+        for seed in (0, 1):  # with recycling, the second episode is a recycled one
+            env.reset(seed=seed)
+            seen.append(_text(env.step(f"<python>{code}</python>")[4]).strip())
+            env.step("<answer>0</answer>")
+        env.close()
+    assert len(set(seen)) == 1, seen
