@@ -266,6 +266,8 @@ class VTTokenizer(ChatTokenizer):
         return super().encode_with_text(text)
 
     def encode_text(self, text: str) -> list[int]:
+        if self._pieces is not None and not self.contains_special(text):
+            return self._pieces.encode(text)[0]  # no special token to split: the same ids
         return self._plain.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int] | np.ndarray) -> str:

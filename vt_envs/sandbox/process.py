@@ -495,8 +495,9 @@ class SandboxProcess:
         nonce = nonce or _new_nonce()
         await self._send(_frame({**request, "nonce": nonce}))
         try:
-            reply = await asyncio.wait_for(self.read_frame(), timeout_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout_s):  # (wait_for would start a task per request)
+                reply = await self.read_frame()
+        except TimeoutError:
             raise WorkerLost("timeout") from None
         if reply.get("nonce") != nonce:
             raise WorkerLost("crashed", "protocol violation: a reply to another request")

@@ -22,6 +22,7 @@ a :class:`ToolResult` with ``ok=False``.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Mapping
@@ -58,10 +59,16 @@ def sql_binds(db_path: str, isolation: Isolation) -> tuple[dict[str, str], str]:
     Raises :class:`InvalidConfigError` when the sandbox's uid could not read
     the file (as root, sandboxes run as an unprivileged uid).
     """
+    return _sql_binds(db_path, isolation.drops_uid)
+
+
+@functools.lru_cache(maxsize=256)
+def _sql_binds(db_path: str, drops_uid: bool) -> tuple[dict[str, str], str]:
+    # Cached: a task's database is resolved at every reset and every verification.
     host = os.path.realpath(db_path)
     if not os.path.isfile(host):
         raise InvalidConfigError(f"the database file {db_path!r} does not exist")
-    if isolation.drops_uid and not os.stat(host).st_mode & stat.S_IROTH:
+    if drops_uid and not os.stat(host).st_mode & stat.S_IROTH:
         raise InvalidConfigError(
             f"the database file {db_path!r} is not world-readable, so the SQL worker's "
             f"unprivileged uid cannot open it; make it readable: chmod o+r {host!r}"
