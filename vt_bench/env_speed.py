@@ -8,6 +8,11 @@ calls' latency p50 / p99 as the env reports it (``info["tool"]["latency_s"]``:
 the call itself, sandbox and deadline machinery included), and the mean
 reward (1.0: the oracle solves every task, so the work is the real one).
 
+Then the env's own overhead: VT-Lookup-v0 through ``gym.make``, reset and an
+answer (no tool call), microseconds per episode, the median of 5 repeats of
+``--overhead-episodes`` episodes (task drawing, prompt rendering and
+tokenization, parsing, verification and the sync facade, all included).
+
 Prints Markdown and writes ``env_speed.json`` to ``--out``.
 """
 
@@ -28,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env-ids", nargs="+", default=None, help="default: every registered id")
     parser.add_argument("--episodes", type=int, default=30, help="oracle episodes per env id")
     parser.add_argument("--seconds", type=float, default=20.0, help="time budget per env id")
+    parser.add_argument(
+        "--overhead-episodes", type=int, default=1000, help="answer-only episodes per repeat"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench_out"), help="directory for JSON")
 
 
@@ -82,11 +90,37 @@ def _episode(env, oracle, task_id, resets, steps, calls, rewards) -> None:
             return
 
 
-def run_benchmark(env_ids: list[str] | None, episodes: int, seconds: float) -> dict[str, Any]:
+def measure_overhead(episodes: int, repeats: int = 5) -> dict[str, Any]:
+    """Microseconds per VT-Lookup-v0 episode of a reset and a correct answer."""
+    import statistics
+
+    import gymnasium as gym
+
+    env = gym.make("VT-Lookup-v0")
+    try:
+        env.reset(seed=0)
+        per_episode = []
+        for repeat in range(repeats + 1):  # the first is a warm-up
+            start = time.perf_counter()
+            for _ in range(episodes):
+                env.reset()
+                env.step(f"<answer>{env.unwrapped.task.gold}</answer>")
+            if repeat:
+                per_episode.append((time.perf_counter() - start) / episodes * 1e6)
+    finally:
+        env.close()
+    return {"us_per_episode": statistics.median(per_episode), "repeats": per_episode,
+            "episodes": episodes}  # fmt: skip
+
+
+def run_benchmark(
+    env_ids: list[str] | None, episodes: int, seconds: float, overhead_episodes: int = 1000
+) -> dict[str, Any]:
     import vt_envs
 
     ids = env_ids or list(vt_envs.registered_envs())
-    return {"envs": {env_id: measure_env(env_id, episodes, seconds) for env_id in ids}}
+    envs = {env_id: measure_env(env_id, episodes, seconds) for env_id in ids}
+    return {"envs": envs, "overhead": measure_overhead(overhead_episodes)}
 
 
 def render(report: dict[str, Any]) -> str:
@@ -104,11 +138,16 @@ def render(report: dict[str, Any]) -> str:
             f"{m['step']['p50_ms']:.2f} / {m['step']['p99_ms']:.2f} | {tool_text} | "
             f"{m['mean_reward']:.2f} | {m['episodes']} |"
         )
+    overhead = report.get("overhead")
+    if overhead:
+        rows += ["", f"Env overhead (VT-Lookup-v0 through `gym.make`, a reset and an answer, no "
+                 f"tool): **{overhead['us_per_episode']:.0f} µs an episode** (median of "
+                 f"{len(overhead['repeats'])} x {overhead['episodes']:,} episodes)."]  # fmt: skip
     return "\n".join(rows)
 
 
 def main(args: argparse.Namespace) -> int:
-    report = run_benchmark(args.env_ids, args.episodes, args.seconds)
+    report = run_benchmark(args.env_ids, args.episodes, args.seconds, args.overhead_episodes)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "env_speed.json").write_text(json.dumps(report, indent=2) + "\n")
     print(render(report))

@@ -14,14 +14,17 @@ from vt_bench.peers.work import MATH_PAIRS
 
 
 def test_env_speed_plays_each_oracle_through_gym_make(tmp_path, capsys):
-    argv = ["--env-ids", "VT-Lookup-v0", "VT-Math-v0", "--episodes", "3", "--seconds", "1"]
+    argv = ["--env-ids", "VT-Lookup-v0", "VT-Math-v0", "--episodes", "3", "--seconds", "1",
+            "--overhead-episodes", "20"]  # fmt: skip
     assert main(["env-speed", *argv, "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "env_speed.json").read_text())
+    assert report["overhead"]["episodes"] == 20 and report["overhead"]["us_per_episode"] > 0
     for env_id in ("VT-Lookup-v0", "VT-Math-v0"):
         m = report["envs"][env_id]
         assert m["episodes"] == 3 and m["mean_reward"] == 1.0 and m["steps_per_s"] > 0
         assert m["tool_call"]["n"] == 3  # one call per oracle episode
-    assert "| VT-Math-v0 |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| VT-Math-v0 |" in out and "Env overhead (VT-Lookup-v0" in out
 
 
 def test_alternating_rounds_time_each_side_and_keep_its_checks():
@@ -51,3 +54,11 @@ def test_without_peers_every_comparison_is_skipped_with_the_reason(tmp_path, cap
     report = json.loads((tmp_path / "peers_speed.json").read_text())
     assert all("skipped" in r for r in report["comparisons"].values())
     assert "no SkyRL-gym venv" in capsys.readouterr().out
+
+
+def test_generation_speed_reports_both_sides(tmp_path, capsys):
+    argv = ["--rounds", "1", "--batch", "2", "--new-tokens", "4", "--prompt-tokens", "8"]
+    assert main(["generation-speed", *argv, "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "generation_speed.json").read_text())
+    assert report["engine_tokens_per_s"] > 0 and report["generate_tokens_per_s"] > 0
+    assert "HFEngine ÷ generate" in capsys.readouterr().out
