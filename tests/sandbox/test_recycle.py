@@ -162,3 +162,63 @@ def test_a_recycled_episode_holds_the_same_descriptors_as_a_fresh_one():
             env.step("<answer>0</answer>")
         env.close()
     assert len(set(seen)) == 1, seen
+
+
+DEEP_TREE = """
+import os
+top = os.getcwd()
+os.mkdir("d"); os.chdir("d")
+for _ in range(20):  # 20 names of 250 characters: deeper than PATH_MAX
+    os.mkdir("x" * 250); os.chdir("x" * 250)
+open("secret.txt", "w").write("episode-k-secret")
+os.chdir(top)
+"""
+
+# Writes a ready message to the control pipe after the call has answered, hoping the
+# host takes it for the recycled interpreter's.
+FORGED_READY = """
+import json, os, struct, sys, threading, time
+ctrl = int(sys.argv[1])
+def later():
+    time.sleep(0.2)
+    data = json.dumps({"status": "ready", "pid": 1}).encode()
+    os.write(ctrl, struct.pack(">I", len(data)) + data)
+threading.Thread(target=later).start()
+"""
+
+
+@pytest.mark.parametrize("code", [DEEP_TREE, FORGED_READY], ids=["deep_tree", "forged_ready"])
+def test_what_an_episode_leaves_past_its_end_never_reaches_the_next(env, code):
+    env.reset(seed=0)
+    env.step(f"<python>{code}</python>")
+    env.step("<python>import time; time.sleep(0.5)</python>")
+    env.step("<answer>0</answer>")
+    env.reset(seed=1)
+    _, _, _, _, info = env.step("<python>x = 1; print(sorted(__import__('os').listdir('.')))</python>")
+    assert _text(info).strip() == "[]", _text(info)
+    _, _, _, _, info = env.step("<python>print('x' in globals())</python>")
+    assert _text(info).strip() == "True", _text(info)  # the same interpreter: in step
+
+
+@pytest.mark.asyncio
+async def test_bytes_left_in_the_request_pipe_are_dropped_at_recycling():
+    """What sits in the request pipe when an episode ends (a non-root host's sandbox
+    can reopen it for writing and plant a request) never reaches the next interpreter."""
+    from vt_envs.sandbox.process import _frame
+    from vt_envs.tools.python import PythonTool
+
+    tool = PythonTool(timeout_s=5)
+    try:
+        session = await tool.open_session(None)
+        assert (await tool.call(session, {"code": "print(1)"})).text == "1"
+        proc = session.process
+        planted = {"code": "print('planted')", "nonce": "x" * 32}
+        proc.proc.stdin.write(_frame(planted) + b"\x00" * 1000)  # a frame, then junk
+        await proc.proc.stdin.drain()
+        await tool.close_session(session)  # recycles it
+        following = await tool.open_session(None)
+        result = await tool.call(following, {"code": "print(2)"})
+        assert result.text == "2" and following.process is proc, result.text
+        await tool.close_session(following)
+    finally:
+        await tool.aclose()

@@ -313,7 +313,10 @@ def _run_python(setup):
         PR_SET_DUMPABLE = 4
         _check(_LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
     reset_streams()
-    _write_frame(_CTRL_FD, {"status": "ready", "pid": _os_getpid()})
+    ready = {"status": "ready", "pid": _os_getpid()}
+    if setup.get("ready_marker"):  # a recycled sandbox's next interpreter says which it is
+        ready["marker"] = setup["ready_marker"]
+    _write_frame(_CTRL_FD, ready)
     while True:
         try:
             request = _read_frame(stdin_fd)
@@ -387,20 +390,32 @@ def _run_recycled(setup):
     """Serve episode after episode in this sandbox (``setup["recycle_fds"]``).
 
     This process stays pristine: it never runs model code and never reads a
-    request or a reply. Each episode's interpreter is a child forked from it,
-    which first closes this process's private pipes (so nothing the model runs
-    can read or write them; this process is not dumpable, so its ``/proc``
-    entries stay closed too) and then serves the host's requests as a fresh
-    sandbox would. When the host ends the episode through the private pipe
-    (it sends an output marker), every other process of the sandbox is
-    killed, the writable directories are emptied, the marker is written to
-    fds 1 and 2 (the host drops the dead episode's output up to it), the next
-    interpreter is forked, and ``r`` on the private pipe tells the host.
+    request or a reply into its memory. Each episode's interpreter is a child
+    forked from it, which first closes this process's private pipes (so
+    nothing the model runs can read or write them; this process is not
+    dumpable, so its ``/proc`` entries stay closed too) and then serves the
+    host's requests as a fresh sandbox would. When the host ends the episode
+    through the private pipe (it sends a fresh marker), this process kills
+    every other process of the sandbox, discards whatever is left in the
+    request pipe (code the episode planted there for the next interpreter;
+    through a reused buffer, zeroed), removes everything the writable places
+    did not hold before the first episode, writes the marker to fds 1 and 2
+    (the host drops the dead episode's output up to it), forks the next
+    interpreter (whose ready message echoes the marker, so no frame the
+    episode left on the control pipe passes for it) and answers ``r`` on the
+    private pipe. If anything is left that it cannot remove, the sandbox ends
+    instead: the host never reuses a sandbox that is not clean.
     """
     PR_SET_DUMPABLE = 4
     _check(_LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
     ends, acks = setup["recycle_fds"]
-    episode = {**setup, "supervised": True}
+    scratch = bytearray(1 << 16)
+    marker = None
+    # What the writable places hold before any model code ran (the work dir: nothing,
+    # the first episode's files aside): after an episode they must hold exactly that.
+    work = os.path.relpath(setup["workdir"], "/tmp")
+    baseline = {path: _tree(path) for path in _SCRUBBED}
+    baseline["/tmp"] = {p for p in baseline["/tmp"] or () if not p.startswith(work + "/")}
     while True:
         child = os.fork()
         if child == 0:
@@ -408,9 +423,11 @@ def _run_recycled(setup):
                 os.close(ends)
                 os.close(acks)
                 os.chdir(setup["workdir"])  # the directory was emptied and made again
-                _run_python(episode)
+                _run_python({**setup, "supervised": True, "ready_marker": marker})
             finally:
                 _os_exit(70)
+        if marker is not None:
+            _os_write(acks, b"r")
         try:
             marker = _read_line(ends)
         except EOFError:  # the host is done with this sandbox
@@ -420,12 +437,37 @@ def _run_recycled(setup):
         except OSError:
             pass
         _kill_all_but({1, _os_getpid()})
-        for path in (setup["workdir"], "/tmp", "/dev/shm", "/var/tmp", "/root", "/home"):
-            _empty_dir(path)
+        _discard_pending(0, scratch)
+        try:
+            for path, kept in baseline.items():
+                if kept is not None:
+                    _scrub(path, kept)
+            clean = all(_tree(path) == kept for path, kept in baseline.items())
+        except (OSError, RecursionError):
+            clean = False
+        if not clean:  # something could not be removed: this sandbox is not reused
+            _os_exit(71)
         os.makedirs(setup["workdir"], exist_ok=True)
         _os_write(1, marker)
         _os_write(2, marker)
-        _os_write(acks, b"r")
+        marker = marker.decode()
+
+
+def _discard_pending(fd, scratch):
+    """Read and drop what is buffered in the pipe ``fd`` (never blocking), through
+    ``scratch``, zeroed after: no copy of it stays in this process's memory."""
+    import fcntl
+
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    try:
+        while os.readv(fd, [scratch]) > 0:
+            pass
+    except OSError:  # EAGAIN: empty
+        pass
+    finally:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+        scratch[:] = bytes(len(scratch))
 
 
 def _read_line(fd):
@@ -440,26 +482,86 @@ def _read_line(fd):
     return data[:-1]
 
 
-def _empty_dir(path):
-    """Delete what is in ``path`` (never crossing into another mount), best effort."""
+# Where an episode can write (the work dir is under /tmp); read-only mounts are skipped.
+_SCRUBBED = ("/tmp", "/dev/shm", "/var/tmp", "/root", "/home")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def _open_writable(path):
+    """A descriptor of the directory ``path`` on a writable mount, else ``None``."""
     try:
-        top = os.lstat(path)
-        entries = list(os.scandir(path))
+        fd = os.open(path, _DIR_FLAGS)
     except OSError:
-        return
-    for entry in entries:
+        return None
+    if os.fstatvfs(fd).f_flag & os.ST_RDONLY:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _tree(path):
+    """The relative paths under ``path`` (one mount, by descriptors: no path grows
+    past PATH_MAX), or ``None`` when it is absent or read-only."""
+    fd = _open_writable(path)
+    if fd is None:
+        return None
+    try:
+        found = set()
+        _walk(fd, os.fstat(fd).st_dev, "", found)
+        return found
+    finally:
+        os.close(fd)
+
+
+def _walk(dir_fd, dev, prefix, found):
+    for entry in list(os.scandir(dir_fd)):
+        info = entry.stat(follow_symlinks=False)
+        if info.st_dev != dev:  # a mount point (a bind): not ours to look into
+            continue
+        found.add(prefix + entry.name)
+        if entry.is_dir(follow_symlinks=False):
+            try:
+                fd = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+            except PermissionError:
+                if info.st_uid == os.getuid() or info.st_mode & 0o022:
+                    raise  # it could hold what we cannot see: not clean
+                continue  # a directory of another user that we could never write into
+            try:
+                _walk(fd, dev, prefix + entry.name + "/", found)
+            finally:
+                os.close(fd)
+
+
+def _scrub(path, keep):
+    """Remove what we can under ``path`` but the relative paths in ``keep``."""
+    fd = _open_writable(path)
+    if fd is not None:
         try:
-            info = entry.stat(follow_symlinks=False)
-            if info.st_dev != top.st_dev:  # a mount point (a bind): leave it alone
-                continue
+            _scrub_fd(fd, os.fstat(fd).st_dev, "", keep)
+        finally:
+            os.close(fd)
+
+
+def _scrub_fd(dir_fd, dev, prefix, keep):
+    for entry in list(os.scandir(dir_fd)):
+        if entry.stat(follow_symlinks=False).st_dev != dev:
+            continue
+        relative = prefix + entry.name
+        try:
             if entry.is_dir(follow_symlinks=False):
-                os.chmod(entry.path, 0o700)  # a directory made unwritable still goes
-                _empty_dir(entry.path)
-                os.rmdir(entry.path)
-            else:
-                os.unlink(entry.path)
+                if relative not in keep:
+                    os.chmod(entry.name, 0o700, dir_fd=dir_fd)  # made unwritable: still goes
+                fd = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+                try:
+                    _scrub_fd(fd, dev, relative + "/", keep)
+                finally:
+                    os.close(fd)
+                if relative not in keep:
+                    os.rmdir(entry.name, dir_fd=dir_fd)
+            elif relative not in keep:
+                os.unlink(entry.name, dir_fd=dir_fd)
         except OSError:
-            pass
+            pass  # left in place: the comparison with the baseline refuses the sandbox
 
 
 def _thread_count():

@@ -37,6 +37,9 @@ from vt_envs.sandbox.isolation import INSIDE_SOURCE, Isolation
 __all__ = ["Captured", "SandboxProcess", "WorkerLost", "pids_of_uid", "process_tree"]
 
 _TAIL = 64
+# Frames an ending episode may have left on the control pipe before a recycled
+# sandbox's ready message; more than this and the sandbox is not reused.
+_MAX_STALE_FRAMES = 64
 #: The largest frame the host reads from a sandbox. A longer one is a protocol
 #: violation (the worker is treated as crashed), so no frame can grow host memory.
 MAX_FRAME_BYTES = 8 << 20
@@ -548,10 +551,15 @@ class SandboxProcess:
                 await self.stdout.wait(timeout_s)
                 if self.stderr is not None:
                     await self.stderr.wait(timeout_s)
-                ready = await self.read_frame()  # the new interpreter's
+                # Frames the dead episode left on the control pipe come first: skip
+                # to the new interpreter's ready message, which echoes the marker.
+                for _ in range(_MAX_STALE_FRAMES):
+                    frame = await self.read_frame()
+                    if frame.get("status") == "ready" and frame.get("marker") == marker:
+                        return True
         except (OSError, TimeoutError, asyncio.IncompleteReadError, WorkerLost):
             return False
-        return ready.get("status") == "ready"
+        return False
 
     async def request(self, payload: Any, timeout_s: float) -> Any:
         """Service mode: send ``payload``, return the service's reply payload.
