@@ -196,8 +196,6 @@ def test_what_an_episode_leaves_past_its_end_never_reaches_the_next(env, code):
     env.reset(seed=1)
     listing = "<python>x = 1; print(sorted(__import__('os').listdir('.')))</python>"
     _, _, _, _, info = env.step(listing)
-        "<python>x = 1; print(sorted(__import__('os').listdir('.')))</python>"
-    )
     assert _text(info).strip() == "[]", _text(info)
     _, _, _, _, info = env.step("<python>print('x' in globals())</python>")
     assert _text(info).strip() == "True", _text(info)  # the same interpreter: in step
