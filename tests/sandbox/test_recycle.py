@@ -189,13 +189,17 @@ threading.Thread(target=later).start()
 
 @pytest.mark.parametrize("code", [DEEP_TREE, FORGED_READY], ids=["deep_tree", "forged_ready"])
 def test_what_an_episode_leaves_past_its_end_never_reaches_the_next(env, code):
+    import time
+
     env.reset(seed=0)
     env.step(f"<python>{code}</python>")
-    env.step("<python>import time; time.sleep(0.5)</python>")
+    first = _sandbox(env)
+    time.sleep(0.5)  # the policy generates its next turn: a forged frame lands meanwhile
     env.step("<answer>0</answer>")
     env.reset(seed=1)
     listing = "<python>x = 1; print(sorted(__import__('os').listdir('.')))</python>"
     _, _, _, _, info = env.step(listing)
+    assert _sandbox(env) is first  # cleaned and recycled, not replaced
     assert _text(info).strip() == "[]", _text(info)
     _, _, _, _, info = env.step("<python>print('x' in globals())</python>")
     assert _text(info).strip() == "True", _text(info)  # the same interpreter: in step
