@@ -65,20 +65,32 @@ _LATEX_FRACTION = re.compile(
     r"^(?P<sign>[-+]?)\s*\\[dt]?frac\s*\{\s*(?P<num>[-+]?\d+)\s*\}\s*\{\s*(?P<den>\d+)\s*\}$"
 )
 _WRAPPERS = (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_BRACES = re.compile(r"\\(boxed|fbox)\{|[{}]")
 
 
 def last_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) whose braces close."""
-    for command in ("\\boxed{", "\\fbox{"):
-        start = text.rfind(command)
-        while start != -1:
-            depth, i = 1, start + len(command)
-            while i < len(text) and depth:
-                depth += {"{": 1, "}": -1}.get(text[i], 0)
-                i += 1
-            if depth == 0:
-                return text[start + len(command) : i - 1]
-            start = text.rfind(command, 0, start)
+    """The content of the last ``\\boxed{...}`` (or, if none closes, ``\\fbox{...}``)
+    whose braces close.
+
+    One pass over the braces with a stack (linear: an answer full of unclosed
+    ``\\boxed{`` costs no more than any other), pairing each brace with its
+    closing one as counting depth forward from it would.
+    """
+    stack: list[tuple[str | None, int]] = []  # (command or None, where its content starts)
+    last: dict[str, tuple[int, int]] = {}
+    for match in _BRACES.finditer(text):
+        token = match.group(0)
+        if token == "}":
+            if stack:
+                command, begin = stack.pop()
+                if command is not None and (command not in last or begin > last[command][0]):
+                    last[command] = (begin, match.start())
+        else:
+            stack.append((match.group(1), match.end()))  # group 1: None for a plain brace
+    for command in ("boxed", "fbox"):
+        if command in last:
+            begin, end = last[command]
+            return text[begin:end]
     return None
 
 
