@@ -159,3 +159,61 @@ def test_a_forked_child_runs_episodes_on_a_loop_of_its_own():
         """
     )
     assert out.strip() == "forked"
+
+
+def test_ctrl_c_at_any_moment_never_leaves_the_loop_claimed():
+    """3,000 calls, each hit by a real SIGINT at a random moment (claiming the loop,
+    driving it, releasing it): afterwards calls from this and another thread work."""
+    out = run(
+        """
+        import os, random, signal
+        async def noop():
+            return 1
+        rng = random.Random(0)
+        for trial in range(3000):
+            timer = threading.Timer(rng.uniform(0, 0.003), os.kill, (os.getpid(), signal.SIGINT))
+            try:
+                timer.start()
+                while True:
+                    loop.run_sync(noop(), method="step", async_method="astep")
+            except KeyboardInterrupt:
+                pass
+            while True:
+                try:
+                    timer.join()
+                    break
+                except KeyboardInterrupt:
+                    pass
+            assert loop._driver is None, f"trial {trial}: still claimed"
+        assert loop.run_sync(noop(), method="step", async_method="astep") == 1
+        result = {}
+        other = threading.Thread(
+            target=lambda: result.update(r=loop.run_sync(noop(), method="s", async_method="a"))
+        )
+        other.start()
+        other.join(5)
+        assert result == {"r": 1}, "a call from another thread hung"
+        print("never claimed")
+        """,
+        timeout=300,
+    )
+    assert out.strip() == "never claimed"
+
+
+def test_a_child_forked_during_a_driven_call_gets_pythons_own_ctrl_c():
+    out = run(
+        """
+        import os, signal, _signal
+        async def fork_now():
+            pid = os.fork()
+            if pid == 0:
+                ours = getattr(_signal.getsignal(signal.SIGINT), "vt_library_handler", False)
+                os._exit(3 if ours or signal.set_wakeup_fd(-1) != -1 else 0)
+            return pid
+        pid = loop.run_sync(fork_now(), method="step", async_method="astep")
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child kept the call's handler"
+        print("default")
+        """
+    )
+    assert out.strip() == "default"

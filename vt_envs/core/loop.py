@@ -143,41 +143,63 @@ def run_sync(coro: Coroutine[Any, Any, T], *, method: str, async_method: str) ->
         raise
     loop = library_loop()
     own_loop = asyncio._get_running_loop() is not None  # e.g. Jupyter's, on this thread
-    with _lock:
-        drive = not own_loop and not _threaded_locked() and _driver is None
-        if drive:
-            _driver = threading.current_thread()
-        else:
-            _start_thread_locked()
-    if drive:
-        return _drive(loop, coro)
-    return _wait_for_thread(loop, coro)
-
-
-def _drive(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion on this thread, then release the loop."""
-    global _driver, _wants_thread
-    try:
-        task = loop.create_task(coro)
-        with _sigint_cancels(loop, task) as interrupted:
-            try:
-                loop.run_until_complete(task)
-            except BaseException:
-                if not task.done():  # raised outside the task: cancel it all the same
-                    task.cancel()
-                    _unwind(loop, task)
-                if interrupted:  # our SIGINT handler cancelled it: report the Ctrl-C
-                    raise KeyboardInterrupt from None
-                raise
-        if interrupted:  # the call finished before the cancellation reached it
-            raise KeyboardInterrupt
-        return task.result()
-    finally:
+    current = threading.current_thread()
+    # Ctrl-C is held back from claiming the loop to releasing it, so no interrupt can
+    # leave the loop claimed by a call that is gone.
+    with _sigint_cancels(loop) as interrupt:
         with _lock:
-            _driver = None
-            if _wants_thread:
-                _wants_thread = False
+            drive = not own_loop and not _threaded_locked() and _driver is None
+            if drive:
+                _driver = current
+            else:
                 _start_thread_locked()
+        if drive:
+            try:
+                result = _drive(loop, coro, interrupt)
+            finally:
+                _release()
+                if interrupt.task is None:  # interrupted before its task existed
+                    coro.close()
+    if interrupt.count:
+        if not drive:
+            coro.close()
+        raise KeyboardInterrupt
+    return result if drive else _wait_for_thread(loop, coro)
+
+
+def _release() -> None:
+    """The driving call is over: free the loop, or hand it to a thread if one waits."""
+    global _driver, _wants_thread
+    with _lock:
+        _driver = None
+        if _wants_thread:
+            _wants_thread = False
+            _start_thread_locked()
+
+
+class _Interrupt:
+    """Ctrl-Cs seen during a driven call, and the task the first one cancels."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.task: asyncio.Task[Any] | None = None
+
+
+def _drive(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T], interrupt: _Interrupt
+) -> T:
+    """Run ``coro`` to completion on this thread (the caller releases the loop)."""
+    task = interrupt.task = loop.create_task(coro)
+    try:
+        loop.run_until_complete(task)
+    except BaseException:
+        if not task.done():  # raised outside the task: cancel it all the same
+            task.cancel()
+            _unwind(loop, task)
+        if interrupt.count:  # our SIGINT handler cancelled it: report the Ctrl-C
+            raise KeyboardInterrupt from None
+        raise
+    return task.result()
 
 
 def _unwind(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
@@ -194,34 +216,36 @@ def _unwind(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
 
 
 @contextlib.contextmanager
-def _sigint_cancels(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> Iterator[list]:
-    """On the main thread with Python's default SIGINT handler: Ctrl-C cancels
-    ``task`` (a second one raises at once); yields a list that is truthy once
-    it was interrupted.
+def _sigint_cancels(loop: asyncio.AbstractEventLoop) -> Iterator[_Interrupt]:
+    """On the main thread with Python's default SIGINT handler: the first Ctrl-C is
+    recorded and cancels ``interrupt.task`` once there is one (the caller raises
+    ``KeyboardInterrupt`` when the call has unwound); a second one raises at once.
 
     While it holds, a signal also writes to a socket the loop watches, so the
     loop's selector wakes and the handler runs at once (a simulated one,
     ``_thread.interrupt_main()``, interrupts no system call by itself).
     ``_signal``, not ``signal``: the same calls without enum conversions.
     """
-    interrupted: list[bool] = []
+    interrupt = _Interrupt()
     if (
         threading.current_thread() is not threading.main_thread()
         or _signal.getsignal(_SIGINT) is not signal.default_int_handler
     ):
-        yield interrupted
+        yield interrupt
         return
 
     def on_sigint(signum: int, frame: Any) -> None:
-        if interrupted or task.done():
+        interrupt.count += 1
+        if interrupt.count > 1:
             raise KeyboardInterrupt
-        interrupted.append(True)
-        task.cancel()
+        if interrupt.task is not None and not interrupt.task.done():
+            interrupt.task.cancel()
 
+    on_sigint.vt_library_handler = True  # type: ignore[attr-defined]  (for a forked child)
     previous_fd = _signal.set_wakeup_fd(_wakeup_fd(loop), warn_on_full_buffer=False)
     _signal.signal(_SIGINT, on_sigint)
     try:
-        yield interrupted
+        yield interrupt
     finally:
         _signal.signal(_SIGINT, signal.default_int_handler)
         _signal.set_wakeup_fd(previous_fd)
@@ -286,8 +310,16 @@ def _settle(task: asyncio.Task[T], outcome: Future[T]) -> None:
 
 
 def _after_fork_in_child() -> None:
-    # The parent's loop (its selector, its thread) is not this process's.
+    # The parent's loop (its selector, its thread) is not this process's, nor the
+    # SIGINT handler and wakeup socket of a call it was driving when it forked.
     global _loop, _thread, _driver, _wants_thread, _lock, _wakeup
+    if threading.current_thread() is threading.main_thread():
+        if getattr(_signal.getsignal(_SIGINT), "vt_library_handler", False):
+            _signal.signal(_SIGINT, signal.default_int_handler)
+        if _wakeup is not None:
+            previous = _signal.set_wakeup_fd(-1)
+            if previous != _wakeup[2].fileno():  # not ours: put it back
+                _signal.set_wakeup_fd(previous)
     _lock = threading.Lock()
     _loop, _thread, _driver, _wants_thread, _wakeup = None, None, None, False, None
 
