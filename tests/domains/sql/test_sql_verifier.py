@@ -282,3 +282,20 @@ def test_a_kept_gold_is_normalized_once():
     assert results_match(gold, [(1.5, "2020-01-02")])
     first = gold.normalized
     assert results_match(gold, [(1.5, "2020-01-02")]) and gold.normalized is first
+
+
+def test_a_large_result_is_not_kept(tiny_db, monkeypatch):
+    """Kept results are bounded by size, not rows: 2,000 rows of 8 KB strings (16 MB)
+    are run again at verification rather than kept in the episode's worker."""
+    from vt_envs.domains.sql import worker
+
+    ran = _spy_executions(monkeypatch)
+    handle = worker.serve({})
+    wide = "SELECT repeat('x', 8000) || i::VARCHAR AS s FROM range(2000) t(i)"
+    handle(_query(tiny_db, wide, new_episode=True, count_limit=10_000))
+    reply = handle(_verify(tiny_db, wide, wide, episode=True, max_result_rows=10_000))
+    assert reply["value"] == 1.0 and ran == [wide, wide, wide]  # query, gold, answer again
+    small = "SELECT i FROM range(2000) t(i)"
+    handle(_query(tiny_db, small, count_limit=10_000))
+    handle(_verify(tiny_db, small, small, episode=True, max_result_rows=10_000))
+    assert ran[3:] == [small, small]  # query, gold; the answer was the kept result

@@ -38,6 +38,7 @@ at a time; the host kills it when a query overruns or exhausts it.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -48,8 +49,10 @@ from vt_envs.domains.sql.results import ResultRows, render_table, results_match
 __all__ = ["serve"]
 
 _GOLD_CACHE_SIZE = 512
-# Complete results an episode keeps for its verification (the latest queries).
+# Complete results an episode keeps for its verification (the latest queries), each
+# at most about _KEPT_BYTES: four of them stay far below the worker's memory limit.
 _EPISODE_RESULTS = 4
+_KEPT_BYTES = 8 << 20
 
 
 def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -101,7 +104,7 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
                 "truncated": False,
                 "exec_s": outcome.exec_s,
             }
-        if outcome.total_rows is not None:
+        if outcome.total_rows is not None and _small(outcome.rows):
             key = (request["db"], request["sql"].strip())
             seen[key] = ResultRows(outcome.rows, len(outcome.columns))
             seen.move_to_end(key)
@@ -191,6 +194,21 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
     handle.gold_cache = gold_cache  # type: ignore[attr-defined]  (for inspection)
     handle.episode_connection = episode_connection  # type: ignore[attr-defined]
     return handle
+
+
+def _small(rows: tuple[tuple, ...]) -> bool:
+    """Whether ``rows`` take ``_KEPT_BYTES`` or less (values' sizes summed, stopping
+    past the bound; a fraction of what fetching them cost)."""
+    size = 0
+    for row in rows:
+        size += _row_bytes(row)
+        if size > _KEPT_BYTES:
+            return False
+    return True
+
+
+def _row_bytes(row: tuple) -> int:
+    return sys.getsizeof(row) + sum(sys.getsizeof(v) for v in row)
 
 
 def _score(value: float, executed: bool, detail: str) -> dict[str, Any]:
