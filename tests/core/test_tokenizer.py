@@ -435,3 +435,19 @@ def test_a_kept_prompt_is_the_same_and_its_ids_are_a_copy(vt: ChatTokenizer) -> 
         again[:] = 0
     other, _ = encoder.encode_prompt([messages[0], {"role": "user", "content": "3+3?"}])
     assert other.tolist() != fresh.tolist()
+
+
+def test_only_string_messages_are_kept(vt: ChatTokenizer) -> None:
+    encoder = ObservationEncoder(vt)
+    texts = [encoder.encode_prompt([{"role": "user", "content": value}])[1]
+             for value in (1, 1.0, True)]  # equal, and equal hashes, as keys  # fmt: skip
+    assert len(set(texts)) == 3, texts
+
+
+def test_a_tokenizer_with_overlapping_added_tokens_is_not_piece_cached() -> None:
+    tokenizer = Tokenizer.from_file(str(DEFAULT_TOKENIZER_DIR / "tokenizer.json"))
+    tokenizer.add_special_tokens([AddedToken("</think><|im", special=True)])
+    custom = VTTokenizer(tokenizer, CHATML_TEMPLATE, eos_token="<|im_end|>")
+    assert custom._pieces is None
+    text = "a</think><|im_end|>b"
+    assert custom.encode(text) == tokenizer.encode(text, add_special_tokens=False).ids

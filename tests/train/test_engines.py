@@ -457,3 +457,10 @@ async def test_unseeded_rows_share_the_engines_generator_reproducibly():
     assert first == await draw()
     greedy = await gather(HFEngine(model, TOK), PROMPTS, SamplingParams(6, temperature=0.0))
     assert first != [g.token_ids for g in greedy]  # sampled, not the argmax
+
+
+@pytest.mark.parametrize("bad", [{"top_p": 0.0}, {"top_p": 1.5}, {"temperature": -1.0},
+                                 {"max_new_tokens": -1}])  # fmt: skip
+def test_sampling_params_out_of_range_are_refused(bad):
+    with pytest.raises(InvalidConfigError, match="SamplingParams"):
+        SamplingParams(**bad)

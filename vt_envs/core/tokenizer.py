@@ -326,6 +326,8 @@ class _PieceCache:
             return None
         if any(t.lstrip or t.rstrip or t.single_word for t in tokens.values()):
             return None
+        if _overlapping({t.content for t in tokens.values()}):
+            return None  # which of two overlapping tokens wins is the tokenizer's own rule
         cache = cls(tokenizer, {t.content: i for i, t in tokens.items()})
         for content in cache._added:
             probe = f"a {content} b\n{content}\n\n x{content}{content}y \t{content}  "
@@ -351,6 +353,16 @@ class _PieceCache:
                 ids.extend(known[0])
                 lossless = lossless and known[1]
         return ids, lossless
+
+
+def _overlapping(contents: set[str]) -> bool:
+    """Whether an added token's text overlaps another's (one holds the other, or one
+    ends with how the other begins)."""
+    for a in contents:
+        for b in contents:
+            if a != b and (a in b or any(a.endswith(b[:k]) for k in range(1, len(b)))):
+                return True
+    return False
 
 
 class HFTokenizer(ChatTokenizer):
@@ -525,13 +537,13 @@ PROMPT_CACHE_SIZE = 256
 
 
 def _messages_key(messages: Messages) -> tuple | None:
-    """A hashable key for ``messages`` (``None`` if a value is unhashable)."""
-    try:
-        key = tuple(tuple(sorted(m.items())) for m in messages)
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    """A key for ``messages`` whose keys and values are all strings, else ``None``
+    (``1``, ``1.0`` and ``True`` are equal keys but render differently)."""
+    for message in messages:
+        for name, value in message.items():
+            if type(name) is not str or type(value) is not str:
+                return None
+    return tuple(tuple(sorted(m.items())) for m in messages)
 
 
 def _array(ids: Sequence[int]) -> np.ndarray:

@@ -58,6 +58,22 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
 
+    def __post_init__(self) -> None:
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidConfigError(
+                f"SamplingParams.top_p must be in (0, 1] (1.0 turns nucleus sampling off); "
+                f"got {self.top_p!r}"
+            )
+        if self.temperature < 0:
+            raise InvalidConfigError(
+                f"SamplingParams.temperature must be >= 0 (0 is greedy); got {self.temperature!r}"
+            )
+        if self.max_new_tokens < 0:
+            raise InvalidConfigError(
+                f"SamplingParams.max_new_tokens must be >= 0 (0 generates nothing); got "
+                f"{self.max_new_tokens!r}"
+            )
+
 
 @dataclass
 class Generation:
