@@ -217,3 +217,25 @@ def test_a_child_forked_during_a_driven_call_gets_pythons_own_ctrl_c():
         """
     )
     assert out.strip() == "default"
+
+
+def test_a_prestarted_pool_refills_between_calls():
+    """A refill scheduled during a driven call goes on while the caller waits (the loop
+    moves to its thread), so the next episode's sandbox is a hand-over."""
+    out = run(
+        """
+        env = gym.make("VT-Math-v0", prestart=1, recycle=False)
+        times = []
+        for seed in range(4):
+            env.reset(seed=seed)
+            start = time.monotonic()
+            env.step("<python>print(1)</python>")
+            times.append(time.monotonic() - start)
+            env.step("<answer>0</answer>")
+            time.sleep(1.0)  # the policy generates: the refill must progress meanwhile
+        env.close()
+        assert max(times[1:]) < 0.04, times  # a cold start takes ~0.1 s
+        print("handed over")
+        """
+    )
+    assert out.strip() == "handed over"

@@ -17,8 +17,10 @@ Who runs the loop:
 - *Threaded*: once another thread needs the loop while it is driven, or
   :func:`submit` schedules work that must run while the caller goes on, or
   the calling thread runs an event loop of its own (Jupyter's main thread),
-  the loop runs in a daemon thread owned by the library for the rest of the
-  process, and sync calls block on it.
+  or work that must go on between calls is scheduled (:func:`keep_running`:
+  a prestarted sandbox pool refilling), the loop runs in a daemon thread
+  owned by the library for the rest of the process, and sync calls block on
+  it.
 
 A sync call is refused only on the thread that is running the loop (it would
 wait on itself forever).
@@ -48,7 +50,14 @@ from typing import Any, TypeVar
 
 from vt_envs.errors import AsyncContextError
 
-__all__ = ["ensure_not_on_library_loop", "library_loop", "on_library_loop", "run_sync", "submit"]
+__all__ = [
+    "ensure_not_on_library_loop",
+    "keep_running",
+    "library_loop",
+    "on_library_loop",
+    "run_sync",
+    "submit",
+]
 
 T = TypeVar("T")
 
@@ -124,6 +133,16 @@ def submit(coro: Coroutine[Any, Any, T]) -> Future[T]:
     with _lock:
         _start_thread_locked()
     return asyncio.run_coroutine_threadsafe(coro, loop)
+
+
+def keep_running() -> None:
+    """Background work was just scheduled on the library loop (a pool refilling) that
+    must go on between sync calls: when the driven call it came from returns, the
+    loop moves to the library's thread. A no-op elsewhere."""
+    global _wants_thread
+    with _lock:
+        if _driver is not None and _loop is not None and asyncio._get_running_loop() is _loop:
+            _wants_thread = True
 
 
 def run_sync(coro: Coroutine[Any, Any, T], *, method: str, async_method: str) -> T:

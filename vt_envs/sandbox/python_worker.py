@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from vt_envs.core.loop import keep_running
 from vt_envs.sandbox.isolation import Isolation
 from vt_envs.sandbox.process import Captured, SandboxProcess, WorkerLost, _encode_files
 from vt_envs.sandbox.session import SandboxSession, SessionClosed
@@ -93,10 +94,14 @@ class WarmPool:
         """Start sandboxes in the background until ``size`` are ready or starting."""
         if not self._same_loop() or self._closed:
             return
+        started = False
         while len(self._ready) + len(self._filling) < self.size:
             task = asyncio.ensure_future(self._start_one())
             self._filling.add(task)
             task.add_done_callback(self._filling.discard)
+            started = True
+        if started:  # the refill must go on while the caller is between sync calls
+            keep_running()
 
     async def _start_one(self) -> None:
         with contextlib.suppress(Exception):  # a failed prestart just means a cold start later
