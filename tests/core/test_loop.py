@@ -221,20 +221,22 @@ def test_a_child_forked_during_a_driven_call_gets_pythons_own_ctrl_c():
 
 def test_a_prestarted_pool_refills_between_calls():
     """A refill scheduled during a driven call goes on while the caller waits (the loop
-    moves to its thread), so the next episode's sandbox is a hand-over."""
+    moves to its thread), so each episode's sandbox is a hand-over, not a cold start."""
     out = run(
         """
-        env = gym.make("VT-Math-v0", prestart=1, recycle=False)
-        times = []
-        for seed in range(4):
-            env.reset(seed=seed)
+        from vt_envs.tools.python import PythonTool
+        tool = PythonTool(prestart=1, recycle=False, lazy_start=False)
+        call = lambda coro: loop.run_sync(coro, method="x", async_method="y")
+        opened = []
+        for _ in range(5):
             start = time.monotonic()
-            env.step("<python>print(1)</python>")
-            times.append(time.monotonic() - start)
-            env.step("<answer>0</answer>")
+            session = call(tool.open_session(None))  # takes the prestarted sandbox
+            opened.append(time.monotonic() - start)
+            call(tool.call(session, {"code": "1"}))
+            call(tool.close_session(session))
             time.sleep(1.0)  # the policy generates: the refill must progress meanwhile
-        env.close()
-        assert max(times[1:]) < 0.04, times  # a cold start takes ~0.1 s
+        call(tool.aclose())
+        assert max(opened[1:]) < 0.04, opened  # a cold start takes ~0.06-0.1 s
         print("handed over")
         """
     )
