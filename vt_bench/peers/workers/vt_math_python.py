@@ -4,18 +4,11 @@
 from __future__ import annotations
 
 from _loop import serve
+from _vt_math import math_env
 
 
 def setup(params):
-    import gymnasium as gym
-
-    import vt_envs  # noqa: F401  (registers the ids)
-    from vt_envs import Task, TaskList
-
-    problems = params["problems"]
-    tasks = TaskList([Task(p["id"], p["question"], p["answer"]) for p in problems], name="peers")
-    env = gym.make("VT-Math-v0", dataset=tasks)
-    return env, problems
+    return math_env(params)
 
 
 def run(state, n):
