@@ -11,7 +11,7 @@ Who runs the loop:
 
 - *Driven* (the fast path): a sync call made while no other thread uses the
   loop runs it on the calling thread, ``loop.run_until_complete``, and the
-  loop stops again when the call returns. No thread hop: ~8 us a call
+  loop stops again when the call returns. No thread hop: ~15 us a call
   instead of ~110 us through a loop thread. Between calls nothing runs on
   the loop (a sandbox's output waits in its pipe until the next call).
 - *Threaded*: once another thread needs the loop while it is driven, or

@@ -106,7 +106,7 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
             }
         if outcome.total_rows is not None and _small(outcome.rows):
             key = (request["db"], request["sql"].strip())
-            seen[key] = ResultRows(outcome.rows, len(outcome.columns))
+            seen[key] = _result_rows(outcome)
             seen.move_to_end(key)
             while len(seen) > _EPISODE_RESULTS:
                 seen.popitem(last=False)
@@ -145,7 +145,7 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
         outcome = run(request, request["gold"])
         if not outcome.ok:
             return outcome
-        gold_cache[key] = rows = ResultRows(outcome.rows, len(outcome.columns))
+        gold_cache[key] = rows = _result_rows(outcome)
         while len(gold_cache) > _GOLD_CACHE_SIZE:
             gold_cache.popitem(last=False)
         return rows
@@ -157,7 +157,7 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
             if kept is not None and len(kept.rows) <= int(request["max_result_rows"]):
                 return kept
         outcome = run(request, request["answer"])
-        return ResultRows(outcome.rows, len(outcome.columns)) if outcome.ok else outcome
+        return _result_rows(outcome) if outcome.ok else outcome
 
     def verify(request: dict[str, Any]) -> dict[str, Any]:
         if request.get("new_episode"):  # no query ran this episode: nothing kept is its own
@@ -194,6 +194,10 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
     handle.gold_cache = gold_cache  # type: ignore[attr-defined]  (for inspection)
     handle.episode_connection = episode_connection  # type: ignore[attr-defined]
     return handle
+
+
+def _result_rows(outcome: QueryOutcome) -> ResultRows:
+    return ResultRows(outcome.rows, len(outcome.columns))
 
 
 def _small(rows: tuple[tuple, ...]) -> bool:
