@@ -1,7 +1,7 @@
 """Held-out evaluation through the same rollout path the trainer uses.
 
 A policy is evaluated by playing greedy (or sampled) episodes on an env's
-held-out split with :func:`vt_train.rollout.collect` — the exact code path of
+held-out split with :func:`vt_train.rollout.stream` — the exact code path of
 training rollouts, so there is no second generation loop to drift.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 
 from vt_envs.core.vector import ToolVectorEnv
 from vt_train.engines.base import RolloutEngine, SamplingParams
-from vt_train.rollout import collect
+from vt_train.progress import progress_bar
+from vt_train.rollout import stream
 from vt_train.trajectory import Trajectory
 
 __all__ = ["EvalResult", "evaluate", "summarize"]
@@ -79,17 +80,34 @@ async def evaluate(
     temperature: float = 0.0,
     seed: int = 0,
     max_context: int | None = None,
+    progress: bool = False,
+    desc: str = "eval",
 ) -> EvalResult:
-    """Play one episode per task id with ``engine`` (greedy by default)."""
+    """Play one episode per task id with ``engine`` (greedy by default).
+
+    ``progress``: show a bar (``desc``) counting finished episodes, with the
+    running accuracy. Trajectories come back in ``task_ids`` order.
+    """
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature)
-    trajectories = await collect(
-        engine,
-        venv,
-        list(task_ids),
-        n_samples=1,
-        sampling=sampling,
-        seed=seed,
-        max_context=max_context,
-    )
+    trajectories: list[Trajectory] = []
+    solved = 0
+    bar = progress_bar(desc=desc, total=len(task_ids), unit="ep", enabled=progress, leave=False)
+    try:
+        async for trajectory in stream(
+            engine,
+            venv,
+            list(task_ids),
+            n_samples=1,
+            sampling=sampling,
+            seed=seed,
+            max_context=max_context,
+        ):
+            trajectories.append(trajectory)
+            solved += trajectory.reward_parts.get("outcome", 0.0) >= 1.0
+            bar.update(1)
+            bar.set_postfix(acc=f"{solved / len(trajectories):.2f}", refresh=False)
+    finally:
+        bar.close()
+    trajectories.sort(key=lambda t: t.metadata["rollout_index"])
     stats: dict[str, Any] = summarize(trajectories)
     return EvalResult(**stats, episodes=len(trajectories), trajectories=trajectories)

@@ -23,6 +23,10 @@ go to the model's multimodal trunk with its own 3-D positions
 the env places — get probability 0, as the rollout engines sample them
 (:func:`vt_train.vision.vision_token_ids`), so both sides score one
 distribution.
+
+A text model's batch runs its rows' shared prefix (the system prompt)
+through the decoder once (:mod:`vt_train.prefix`); the logprobs are those of
+the plain forward.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from vt_train.prefix import decoder_hidden, first_selected
 from vt_train.vision import is_vision_language, trunk_hidden, vision_token_ids
 
 __all__ = ["LogprobModel", "ban_tokens"]
@@ -105,21 +110,32 @@ class LogprobModel(nn.Module):
         pixel_values: torch.Tensor | None = None,
         image_grid_thw: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        hidden = trunk_hidden(  # scoring only: no KV cache to build
-            self.lm,
-            input_ids,
-            attention_mask,
-            pixel_values=pixel_values,
-            image_grid_thw=image_grid_thw,
-        )
         select = positions if positions is not None else attention_mask
         where = (
             select[:, 1:] != 0
             if select is not None
             else torch.ones_like(input_ids[:, 1:], dtype=torch.bool)
-        )
+        )  # column h: the hidden state at h scores token h + 1
+        if pixel_values is None and not is_vision_language(self.lm):
+            # the rows' shared prefix (the system prompt) runs once: vt_train.prefix
+            decoder = self.lm.get_decoder() if hasattr(self.lm, "get_decoder") else self.lm
+            hidden, skip = decoder_hidden(
+                decoder, input_ids, attention_mask, first_needed=first_selected(where)
+            )
+        else:
+            hidden, skip = (
+                trunk_hidden(  # scoring only: no KV cache to build
+                    self.lm,
+                    input_ids,
+                    attention_mask,
+                    pixel_values=pixel_values,
+                    image_grid_thw=image_grid_thw,
+                ),
+                0,
+            )
+        where = where[:, skip:]
         picked_hidden = hidden[:, :-1][where]  # [N, H]
-        targets = input_ids[:, 1:][where]
+        targets = input_ids[:, 1 + skip :][where]
         head = self.lm.get_output_embeddings()
         pieces, entropies = [], []
         for start in range(0, targets.shape[0], self.chunk_size):
@@ -135,9 +151,9 @@ class LogprobModel(nn.Module):
         logprobs = hidden.new_zeros(input_ids.shape, dtype=torch.float32)
         ent_out = logprobs.clone() if entropy else None
         if pieces:
-            logprobs[:, 1:][where] = torch.cat(pieces)
+            logprobs[:, 1 + skip :][where] = torch.cat(pieces)
             if ent_out is not None:
-                ent_out[:, 1:][where] = torch.cat(entropies)
+                ent_out[:, 1 + skip :][where] = torch.cat(entropies)
         return logprobs, ent_out
 
     # The wrapped model's parameter names, so syncs and exports see HF names.

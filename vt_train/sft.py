@@ -16,6 +16,7 @@ precision.
 
 from __future__ import annotations
 
+import importlib
 import math
 import random
 import time
@@ -31,6 +32,8 @@ from vt_envs.core.policy import Policy
 from vt_envs.core.task import Task
 from vt_envs.errors import InvalidConfigError
 from vt_train.model import TinyModelConfig
+from vt_train.prefix import decoder_hidden, first_selected
+from vt_train.progress import progress_bar
 
 __all__ = [
     "GuessPolicy",
@@ -40,6 +43,7 @@ __all__ = [
     "collate",
     "collect_sft_examples",
     "evaluate",
+    "mix_phase_config",
     "run_sft",
     "run_sft_command",
     "sft_loss",
@@ -53,6 +57,8 @@ class SFTConfig:
     Attributes:
         env_id: the env whose oracle is imitated.
         env_kwargs: passed to ``vt_envs.make`` (e.g. ``num_keys``).
+        teacher: the demonstrating policy, ``"module:Class"`` (built with no
+            arguments); ``None``: the env's registered oracle.
         split: task split the trajectories come from (never the test split).
         num_trajectories: distinct episodes collected before training.
         mix: fraction of those episodes played by :class:`GuessPolicy`
@@ -69,6 +75,7 @@ class SFTConfig:
 
     env_id: str = "VT-Lookup-v0"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    teacher: str | None = None
     split: str = "train"
     num_trajectories: int = 2000
     mix: float = 0.0
@@ -94,6 +101,11 @@ class SFTConfig:
                 raise InvalidConfigError(f"SFTConfig.{name} must be >= 1, got {value}")
         if self.lr <= 0:
             raise InvalidConfigError(f"SFTConfig.lr must be > 0, got {self.lr}")
+        if self.teacher is not None and ":" not in self.teacher:
+            raise InvalidConfigError(
+                f"SFTConfig.teacher is an import path 'module:Class', got {self.teacher!r} "
+                "(e.g. 'vt_envs.domains.math.oracle:MathCodePolicy')"
+            )
 
 
 @dataclass
@@ -156,22 +168,42 @@ def collect_sft_examples(
     split: str = "train",
     mix: float = 0.0,
     seed: int = 0,
+    teacher: str | None = None,
+    progress: bool = False,
 ) -> list[SFTExample]:
-    """``num`` episodes on distinct tasks of ``split``: the oracle's, with a
-    fraction ``mix`` (rounded, placed at seeded random positions) played by
-    :class:`GuessPolicy` instead."""
+    """``num`` episodes on distinct tasks of ``split``: the teacher's (the env's
+    oracle unless ``teacher`` names a policy class), with a fraction ``mix``
+    (rounded, placed at seeded random positions) played by
+    :class:`GuessPolicy` instead. ``progress`` shows a bar."""
     env = vt_envs.make(env_id, split=split, **dict(env_kwargs or {}))
     rng = random.Random(seed)
     try:
         indices = rng.sample(range(len(env.tasks)), min(num, len(env.tasks)))
         guessing = set(rng.sample(range(len(indices)), round(mix * len(indices))))
-        oracle, guesser = vt_envs.oracle_for(env_id), GuessPolicy(rng)
+        demonstrator, guesser = _teacher(env_id, teacher), GuessPolicy(rng)
+        episodes = progress_bar(
+            list(enumerate(indices)), desc="SFT episodes", unit="ep", enabled=progress
+        )
         return [
-            _play(env, guesser if i in guessing else oracle, env.tasks[index])
-            for i, index in enumerate(indices)
+            _play(env, guesser if i in guessing else demonstrator, env.tasks[index])
+            for i, index in episodes
         ]
     finally:
         env.close()
+
+
+def _teacher(env_id: str, teacher: str | None) -> Policy:
+    if teacher is None:
+        return vt_envs.oracle_for(env_id)
+    module, _, name = teacher.partition(":")
+    try:
+        policy_class = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        raise InvalidConfigError(
+            f"SFT teacher {teacher!r} cannot be imported ({error}); give 'module:Class' of "
+            "a Policy, e.g. 'vt_envs.domains.math.oracle:MathCodePolicy'"
+        ) from error
+    return policy_class()
 
 
 def collate(examples: Sequence[SFTExample], pad_id: int) -> dict[str, torch.Tensor]:
@@ -199,13 +231,17 @@ def sft_loss(
     is predicted from the logits at t - 1). ``labels`` default to ``input_ids``;
     labels where ``loss_mask`` is 0 never affect the loss."""
     labels = input_ids if labels is None else labels
-    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask)
-    # the LM head runs only where the loss is taken: on this task ~10 of ~130
-    # positions, and the 2048-wide head dominates a tiny model's compute
-    where = loss_mask[:, 1:] > 0
-    logits = model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][where]).float()
-    nll = nn.functional.cross_entropy(logits, labels[:, 1:][where], reduction="none")
-    weight = loss_mask[:, 1:][where].float()
+    # The LM head runs only where the loss is taken (the 2048-wide head dominates a
+    # tiny model's compute), and the rows' shared prefix (the system prompt, before
+    # any loss position) runs through the decoder once (vt_train.prefix).
+    need = loss_mask[:, 1:] > 0  # column h: the hidden state at h predicts token h + 1
+    hidden, skip = decoder_hidden(
+        model.get_decoder(), input_ids, attention_mask, first_needed=first_selected(need)
+    )
+    where = need[:, skip:]
+    logits = model.get_output_embeddings()(hidden[:, :-1][where]).float()
+    nll = nn.functional.cross_entropy(logits, labels[:, 1 + skip :][where], reduction="none")
+    weight = loss_mask[:, 1 + skip :][where].float()
     return (nll * weight).sum() / weight.sum().clamp(min=1.0)
 
 
@@ -216,8 +252,13 @@ def _lr_factor(step: int, warmup: int, total: int) -> float:
     return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def run_sft(config: SFTConfig, model: nn.Module, tokenizer: Any = None) -> dict[str, Any]:
+def run_sft(
+    config: SFTConfig, model: nn.Module, tokenizer: Any = None, *, progress: bool = False
+) -> dict[str, Any]:
     """Train ``model`` in place on oracle (and guessing) episodes; return metrics.
+
+    ``progress`` shows bars for the collection and the training steps (with
+    the running loss).
 
     Metrics: ``losses`` (``(step, loss)`` every ``log_every`` steps),
     ``final_loss`` (mean of the last 10 steps), ``collect_s``, ``train_s``,
@@ -233,6 +274,8 @@ def run_sft(config: SFTConfig, model: nn.Module, tokenizer: Any = None) -> dict[
         split=config.split,
         mix=config.mix,
         seed=config.seed,
+        teacher=config.teacher,
+        progress=progress,
     )
     collect_s = time.perf_counter() - start
     oracle = [e.reward for e in examples if e.used_tool]
@@ -243,7 +286,8 @@ def run_sft(config: SFTConfig, model: nn.Module, tokenizer: Any = None) -> dict[
     model.train()
     losses, recent = [], []
     start = time.perf_counter()
-    for step in range(config.steps):
+    bar = progress_bar(range(config.steps), desc="SFT steps", enabled=progress)
+    for step in bar:
         for group in optimizer.param_groups:
             group["lr"] = config.lr * _lr_factor(step, config.warmup_steps, config.steps)
         batch = collate([rng.choice(examples) for _ in range(config.batch_size)], tok.pad_token_id)
@@ -256,6 +300,8 @@ def run_sft(config: SFTConfig, model: nn.Module, tokenizer: Any = None) -> dict[
         recent = ([*recent, loss.item()])[-10:]
         if step % config.log_every == 0 or step == config.steps - 1:
             losses.append((step, loss.item()))
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
     model.eval()
     return {
         "losses": losses,
@@ -282,10 +328,12 @@ def evaluate(
     env_kwargs: Mapping[str, Any] | None = None,
     max_new_tokens: int = 8,
     seed: int = 0,
+    progress: bool = False,
 ) -> dict[str, float]:
     """Play ``episodes`` held-out episodes with ``model`` through the trainer's
     own path (:class:`~vt_train.engines.hf.HFEngine` +
-    :func:`vt_train.evaluation.evaluate`): greedy, or sampled at T=1."""
+    :func:`vt_train.evaluation.evaluate`): greedy, or sampled at T=1.
+    ``progress`` shows a bar."""
     from vt_envs.core.loop import run_sync
     from vt_envs.core.vector import ToolVectorEnv
     from vt_train.engines.hf import HFEngine
@@ -311,6 +359,8 @@ def evaluate(
                 max_new_tokens=max_new_tokens,
                 temperature=0.0 if greedy else 1.0,
                 seed=seed,
+                progress=progress,
+                desc=f"SFT eval ({'greedy' if greedy else 'T=1'})",
             ),
             method="sft.evaluate",
             async_method="vt_train.evaluation.evaluate",
@@ -328,7 +378,7 @@ def evaluate(
 
 
 def _default_mix_phase() -> SFTConfig:
-    return SFTConfig(steps=60, mix=0.7, lr=1e-3, warmup_steps=5, seed=1)
+    return SFTConfig(steps=60, mix=0.7, lr=1e-3, warmup_steps=5)
 
 
 @dataclass
@@ -344,11 +394,15 @@ class SFTRunConfig:
     Attributes:
         model: the tiny model's shape and init seed.
         sft: phase 1 (oracle trajectories, ``mix`` 0 by default).
-        mix_phase: phase 2 (tool/guess mixture); ``mix_steps`` 0 skips it.
+        mix_phase: phase 2's mixture and schedule (``mix``, ``steps``, ``lr``,
+            ...); its env, teacher and split are phase 1's, and its seed is
+            phase 1's plus one (other episodes, other guesses).
         mix_steps: overrides ``mix_phase.steps`` (0: no phase 2).
         output_dir: where the model, tokenizer and ``sft_metrics.json`` go.
         eval_episodes: held-out (test split) episodes evaluated at the end (0: none).
+        eval_max_new_tokens: the most tokens one evaluation turn may generate.
         threads: ``torch.set_num_threads`` (1 is fastest on a loaded 2-core box).
+        progress: progress bars for collection, training and evaluation.
     """
 
     model: TinyModelConfig = field(default_factory=lambda: TinyModelConfig())
@@ -357,7 +411,25 @@ class SFTRunConfig:
     mix_steps: int = 60
     output_dir: str = "runs/sft"
     eval_episodes: int = 200
+    eval_max_new_tokens: int = 8
     threads: int = 1
+    progress: bool = True
+
+
+def mix_phase_config(config: SFTRunConfig) -> SFTConfig:
+    """Phase 2 as it runs: ``mix_phase`` on phase 1's env, teacher and split."""
+    first = config.sft
+    return SFTConfig(
+        **{
+            **config.mix_phase.__dict__,
+            "steps": config.mix_steps,
+            "env_id": first.env_id,
+            "env_kwargs": dict(first.env_kwargs),
+            "teacher": first.teacher,
+            "split": first.split,
+            "seed": first.seed + 1,
+        }
+    )
 
 
 def run_sft_command(config: SFTRunConfig) -> dict[str, Any]:
@@ -370,10 +442,13 @@ def run_sft_command(config: SFTRunConfig) -> dict[str, Any]:
     torch.set_num_threads(config.threads)
     tok = vt_envs.load_tokenizer()
     model = build_tiny_model(config.model, tok)
-    summary: dict[str, Any] = {"phase1": _summary(run_sft(config.sft, model, tok))}
+    progress = config.progress
+    summary: dict[str, Any] = {
+        "phase1": _summary(run_sft(config.sft, model, tok, progress=progress))
+    }
     if config.mix_steps > 0:
-        phase2 = SFTConfig(**{**config.mix_phase.__dict__, "steps": config.mix_steps})
-        summary["phase2"] = _summary(run_sft(phase2, model, tok))
+        phase2 = mix_phase_config(config)
+        summary["phase2"] = _summary(run_sft(phase2, model, tok, progress=progress))
     for name, greedy in (("greedy", True), ("sampled", False)) if config.eval_episodes else ():
         summary[f"eval_{name}"] = evaluate(
             model,
@@ -383,7 +458,8 @@ def run_sft_command(config: SFTRunConfig) -> dict[str, Any]:
             config.eval_episodes,
             greedy,
             env_kwargs=config.sft.env_kwargs,
-            max_new_tokens=8,
+            max_new_tokens=config.eval_max_new_tokens,
+            progress=progress,
         )
     out = Path(config.output_dir)
     save_pretrained_with_tokenizer(model, tok, out / "model")

@@ -77,6 +77,7 @@ from vt_train.model import (
     save_pretrained_with_tokenizer,
     state_values,
 )
+from vt_train.progress import progress_bar
 from vt_train.rollout import collect
 from vt_train.run_dir import MetricsLogger, write_transcripts
 from vt_train.trajectory import Trajectory
@@ -352,7 +353,7 @@ class Trainer:
             stop=self.stop,
         )
 
-    def evaluate(self, temperature: float = 0.0) -> EvalResult:
+    def evaluate(self, temperature: float = 0.0, *, progress: bool = False) -> EvalResult:
         """Episodes on the held-out split (``env.eval_episodes`` tasks), greedy by default."""
         r = self.config.rollout
         return run_sync(
@@ -364,18 +365,22 @@ class Trainer:
                 temperature=temperature,
                 seed=self.config.seed,
                 max_context=r.max_context,
+                progress=progress,
+                desc=f"eval T={temperature:g}",
             ),
             method="Trainer.evaluate",
             async_method="vt_train.evaluation.evaluate",
         )
 
-    def _evaluate_and_log(self, *, transcripts: bool = False) -> dict[str, float]:
+    def _evaluate_and_log(
+        self, *, transcripts: bool = False, progress: bool = False
+    ) -> dict[str, float]:
         """Evaluate at every ``env.eval_temperatures`` (on rank 0); log and return the metrics."""
         metrics: dict[str, float] = {}
         if not self.is_main:
             return _broadcast(None)
         for temperature in self.config.env.eval_temperatures:
-            result = self.evaluate(temperature)
+            result = self.evaluate(temperature, progress=progress)
             prefix = "eval/" if temperature == 0 else f"eval_t{temperature:g}/"
             metrics.update(result.metrics(prefix))
             if transcripts and temperature == self.config.env.eval_temperatures[0]:
@@ -765,8 +770,8 @@ class Trainer:
         cfg = self.config
         summary: dict[str, Any] = {}
         if self.step_index == 0:
-            summary["before"] = self._evaluate_and_log(transcripts=True)
-        bar = _progress(range(self.step_index, cfg.steps), progress)
+            summary["before"] = self._evaluate_and_log(transcripts=True, progress=progress)
+        bar = progress_bar(range(self.step_index, cfg.steps), desc="RL steps", enabled=progress)
         for _ in bar:
             metrics = self.step()
             if hasattr(bar, "set_postfix"):
@@ -776,10 +781,10 @@ class Trainer:
                 )
             last = self.step_index == cfg.steps  # the final evaluation follows the loop
             if cfg.eval_every and self.step_index % cfg.eval_every == 0 and not last:
-                self._evaluate_and_log()
+                self._evaluate_and_log(progress=progress)
             if cfg.save_every and self.step_index % cfg.save_every == 0:
                 self.save_checkpoint()
-        summary["after"] = self._evaluate_and_log(transcripts=True)
+        summary["after"] = self._evaluate_and_log(transcripts=True, progress=progress)
         self.save_checkpoint()
         state = self.actor.full_state_dict()  # collective under ZeRO-3
         if self.is_main:
@@ -909,13 +914,3 @@ def _broadcast(value: Any) -> Any:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
-
-
-def _progress(iterable: Any, enabled: bool) -> Any:
-    if not enabled:
-        return iterable
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm is in the train extra
-        return iterable
-    return tqdm(iterable, desc="RL steps", dynamic_ncols=True)

@@ -1,10 +1,15 @@
-"""Scripted policies for VT-Math-v0: the interpreter oracle and a no-tool baseline.
+"""Scripted policies for VT-Math-v0: the interpreter oracle, a plain-code demonstrator
+and a no-tool baseline.
 
 :class:`MathOracle` proves the env solvable end to end: it sends Python that
 computes the answer, reads the printed result back *from the observation*
 (not from the task), and answers it. On embedded tasks the code is the
 task's own ``assets["solution_code"]``; on loaded datasets (which carry no
 code) it prints the gold, which still exercises the tool round trip.
+
+:class:`MathCodePolicy` writes what an agent would: the solution code as it
+is (``print(413 * 307)``), then the last line the interpreter printed as the
+answer. Its trajectories are SFT demonstrations (the quickstart's).
 
 :class:`MathNoToolPolicy` answers at once, without the tool, with a crude
 guess (the last number in the question): the floor a tool-using policy
@@ -21,7 +26,7 @@ from typing import Any
 from vt_envs.core.policy import OraclePolicy, Policy
 from vt_envs.core.task import Task
 
-__all__ = ["ORACLE_MARKER", "MathNoToolPolicy", "MathOracle"]
+__all__ = ["ORACLE_MARKER", "MathCodePolicy", "MathNoToolPolicy", "MathOracle"]
 
 ORACLE_MARKER = "ORACLE_ANSWER="
 _MARKED = re.compile(re.escape(ORACLE_MARKER) + r"(\".*\")")
@@ -55,6 +60,40 @@ class MathOracle(OraclePolicy):
         if self.turn == 0:
             return f"<python>\n{oracle_code(self.task)}\n</python>"
         return f"<answer>{read_marked_answer(observation)}</answer>"
+
+
+class MathCodePolicy(OraclePolicy):
+    """Runs the task's solution code unwrapped, then answers the last line it printed.
+
+    Turn 0 sends ``<python>\nCODE\n</python>`` with the embedded task's own
+    ``assets["solution_code"]`` (``print(413 * 307)`` for a product); turn 1
+    answers ``<answer>LINE</answer>``, ``LINE`` the last non-empty line of the
+    interpreter's output as the observation shows it (``""`` if there is
+    none, which then scores 0). Needs embedded tasks: loaded datasets carry
+    no code.
+    """
+
+    def reset(self, task: Task) -> None:
+        if not task.assets or "solution_code" not in task.assets:
+            raise ValueError(
+                f"MathCodePolicy needs a task with assets['solution_code'] (the embedded "
+                f"generator's); task {task.id!r} has none. Use MathOracle for loaded datasets."
+            )
+        super().reset(task)
+
+    def next_action(self, observation: str, info: Mapping[str, Any]) -> str:
+        if self.turn == 0:
+            return f"<python>\n{self.task.assets['solution_code']}\n</python>"
+        message = info.get("message") or {}
+        output = str(message.get("content", ""))
+        return f"<answer>{last_output_line(output)}</answer>"
+
+
+def last_output_line(output: str) -> str:
+    """The last non-empty line of an interpreter output, outside any ```` ``` ```` fence."""
+    lines = [line.strip() for line in output.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("```")]
+    return lines[-1] if lines else ""
 
 
 def read_marked_answer(observation: str) -> str:
