@@ -75,7 +75,12 @@ def test_logprobs_entropy_and_gradients_match_the_plain_forward(model, monkeypat
         (logprobs.sum() + 0.1 * entropy.sum()).backward()
         results.append((logprobs.detach(), entropy.detach(), _grads(model)))
     (lp0, ent0, g0), (lp1, ent1, g1) = results
-    assert (lp0 != 0).sum() == loss_mask[:, 1:].sum()  # scored exactly the loss positions
+    with torch.no_grad():  # the definition: log p(token t | tokens < t) from full logits
+        logits = model(input_ids=ids, attention_mask=attention).logits.float()
+        reference = torch.zeros_like(lp0)
+        reference[:, 1:] = logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]
+        reference *= loss_mask
+    torch.testing.assert_close(lp0, reference, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lp1, lp0, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent1, ent0, rtol=1e-5, atol=1e-5)
     _same_gradients(g1, g0)
