@@ -60,6 +60,14 @@ def test_sft_loss_and_gradients_match_the_plain_forward(model, monkeypatch):
     plain_loss, plain_grads = _sft(model, batch, False, monkeypatch)
     fast_loss, fast_grads = _sft(model, batch, True, monkeypatch)
     assert calls[-1] == 80  # the fast path ran on the whole shared prompt
+    ids, attention, loss_mask = batch
+    with torch.no_grad():  # the definition: token-mean NLL of the loss tokens, full logits
+        logits = model(input_ids=ids, attention_mask=attention).logits.float()
+        nll = torch.nn.functional.cross_entropy(
+            logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none"
+        )
+        reference = (nll * loss_mask[:, 1:]).sum() / loss_mask[:, 1:].sum()
+    torch.testing.assert_close(plain_loss, reference, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast_loss, plain_loss, rtol=1e-5, atol=1e-6)
     _same_gradients(fast_grads, plain_grads)
 
