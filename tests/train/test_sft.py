@@ -112,3 +112,49 @@ def test_sft_command_saves_a_loadable_model_and_metrics(tmp_path):
     assert summary["phase2"]["tool_use_fraction"] == 0.5
     assert (tmp_path / "run" / "sft_metrics.json").is_file()
     AutoModelForCausalLM.from_pretrained(summary["model_dir"])
+
+
+def test_the_mix_phase_runs_on_phase_ones_env_teacher_and_next_seed():
+    """Phase 2 follows phase 1's env: a Math SFT must not mix in Lookup episodes."""
+    from vt_train.sft import SFTRunConfig, mix_phase_config
+
+    teacher = "vt_envs.domains.math.oracle:MathCodePolicy"
+    config = SFTRunConfig(
+        sft=SFTConfig(env_id="VT-Math-v0", env_kwargs={"difficulty": 1}, teacher=teacher, seed=7),
+        mix_steps=9,
+    )
+    phase2 = mix_phase_config(config)
+    assert (phase2.env_id, phase2.env_kwargs, phase2.teacher) == (
+        "VT-Math-v0",
+        {"difficulty": 1},
+        teacher,
+    )
+    assert (phase2.seed, phase2.steps, phase2.mix) == (8, 9, 0.7)
+
+
+def test_a_teacher_policy_by_import_path_plays_the_sft_episodes():
+    examples = collect_sft_examples(
+        "VT-Math-v0",
+        3,
+        env_kwargs={"families": ["big_product"], "difficulty": 1},
+        teacher="vt_envs.domains.math.oracle:MathCodePolicy",
+    )
+    tok = vt_envs.load_tokenizer()
+    for example in examples:
+        assert example.reward == 1.0 and example.used_tool
+        actions = tok.decode([t for t, m in zip(example.input_ids, example.loss_mask) if m])
+        assert "print(" in actions and "ORACLE" not in actions
+    with pytest.raises(InvalidConfigError, match="module:Class"):
+        SFTConfig(teacher="MathCodePolicy")
+    with pytest.raises(InvalidConfigError, match="cannot be imported"):
+        collect_sft_examples("VT-Lookup-v0", 1, teacher="vt_envs.nowhere:Policy")
+
+
+def test_sft_and_its_evaluation_show_progress_bars(capsys):
+    tok = vt_envs.load_tokenizer()
+    model = build_tiny_model(SMALL, tok)
+    run_sft(SFTConfig(num_trajectories=4, steps=2, batch_size=2), model, tok, progress=True)
+    evaluate(model, tok, episodes=2, progress=True)
+    err = capsys.readouterr().err
+    for bar in ("SFT episodes", "SFT steps", "SFT eval (greedy)"):
+        assert bar in err

@@ -177,3 +177,24 @@ def test_dataset_path_runs_gsm8k_with_the_oracle(tmp_path):
 def test_unknown_keyword_is_rejected_with_a_suggestion():
     with pytest.raises(UnknownKwargError, match="max_tool_calls"):
         make_math_env(max_tool_call=2)
+
+
+def test_code_policy_solves_products_through_gym_make_with_plain_code():
+    """The quickstart's SFT teacher: `print(a * b)` as an agent writes it, then the printed line."""
+    import gymnasium as gym
+
+    from vt_envs.core.policy import run_episode
+    from vt_envs.domains.math.oracle import MathCodePolicy
+
+    env = gym.make("VT-Math-v0", families=["big_product"], difficulty=1)
+    policy = MathCodePolicy()
+    try:
+        for seed in range(5):
+            result = run_episode(env, policy, seed=seed)
+            task = env.unwrapped.task
+            assert result.reward == 1.0 and result.turns == 2
+            assert result.actions[0] == f"<python>\n{task.assets['solution_code']}\n</python>"
+            assert result.actions[0].startswith("<python>\nprint(")  # plain code, no wrapper
+            assert result.actions[1] == f"<answer>{task.gold}</answer>"
+    finally:
+        env.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 
+import pytest
+
 from vt_envs.core.task import Task
 from vt_envs.domains.math.generator import math_tasks
 from vt_envs.domains.math.oracle import MathNoToolPolicy, oracle_code, read_marked_answer
@@ -41,3 +43,17 @@ def test_no_tool_policy_guesses_the_last_number_without_calling_tools():
     assert policy.act("", {}) == "The answer is \\boxed{5678}."
     policy.reset(Task("t", "No numbers here?", gold="1"))
     assert policy.act("", {}) == "The answer is \\boxed{0}."
+
+
+def test_code_policy_refuses_tasks_without_solution_code():
+    from vt_envs.domains.math.oracle import MathCodePolicy
+
+    with pytest.raises(ValueError, match="MathOracle"):
+        MathCodePolicy().reset(Task(id="gsm8k/0", prompt="2 + 2?", gold="4"))
+
+
+def test_last_output_line_skips_fences_and_blank_lines():
+    from vt_envs.domains.math.oracle import last_output_line
+
+    assert last_output_line("\n```output\n12\n345\n```\n") == "345"
+    assert last_output_line("") == ""
