@@ -16,8 +16,8 @@ Two recipes (``--env``):
 - ``math`` (default): ``VT-Math-v0``'s ``big_product`` family at difficulty 1
   (``Compute 413 × 307.``: two 3-digit factors, a 5–6 digit product). A guess
   is right about once in a million; ``print(413 * 307)`` in the real
-  sandboxed interpreter (bubblewrap, seccomp, rlimits; prestarted and
-  recycled) and copying what it printed always is.
+  sandboxed interpreter (bubblewrap, seccomp, rlimits; recycled between
+  episodes) and copying what it printed always is.
 - ``lookup``: the ``VT-Lookup-v0`` sanity env (``make quickstart-lookup``).
 
 ``--seeds 0 1 2`` runs the recipe once per seed (``OUT/seed{N}``) and writes
@@ -73,7 +73,10 @@ class Recipe:
 RECIPES: dict[str, Recipe] = {
     "math": Recipe(
         env_id="VT-Math-v0",
-        env_kwargs={"families": ["big_product"], "difficulty": 1, "max_turns": 4, "prestart": 1},
+        # No prestart: each sub-env's sandbox starts at its first call and is then
+        # recycled for its next episode (a ~3 ms hand-over); a prestarted one would
+        # sit idle beside it in each of the 128 sub-envs (train + eval).
+        env_kwargs={"families": ["big_product"], "difficulty": 1, "max_turns": 4},
         teacher="vt_envs.domains.math.oracle:MathCodePolicy",
         task="products of two 3-digit numbers, computed in the sandboxed Python interpreter",
         max_new_tokens=16,

@@ -41,7 +41,10 @@ class PythonTool(Tool):
             zero``) or ``"full"`` (the traceback of the agent's code).
         max_output_chars: cap on the text returned to the agent.
         prestart: sandboxes kept started and waiting, so an episode's sandbox
-            is a hand-over (0 starts each episode's sandbox on demand).
+            is a hand-over (0 starts each episode's sandbox on demand). They
+            start in the background when the first episode opens (the tool
+            needs the running loop), so with ``lazy_start`` even the first
+            episode's first call finds one ready.
         lazy_start: start an episode's sandbox at its first call, not at reset:
             an episode that never calls Python (answers at once) costs no
             sandbox. ``False`` starts it at reset.
@@ -113,6 +116,8 @@ class PythonTool(Tool):
         )
 
     async def open_session(self, task: Any, *, seed: int = 0) -> PythonWorker:
+        if self._pool is not None:  # prestart begins at the first episode, not its first call
+            self._pool.fill()
         worker = PythonWorker(
             self.isolation,
             files=task_files(task),

@@ -198,3 +198,25 @@ def test_code_policy_solves_products_through_gym_make_with_plain_code():
             assert result.actions[1] == f"<answer>{task.gold}</answer>"
     finally:
         env.close()
+
+
+def test_prestarted_sandboxes_start_at_the_first_reset_and_serve_the_first_call():
+    """`prestart=1` through gym.make: the sandbox starts while the policy thinks, and the
+    episode's first Python call is handed that very sandbox (no cold start)."""
+    import time
+
+    import gymnasium as gym
+
+    env = gym.make("VT-Math-v0", prestart=1, recycle=False)
+    try:
+        env.reset(seed=0)
+        pool = env.unwrapped.tools["python"]._pool
+        deadline = time.monotonic() + 10
+        while not pool._ready and time.monotonic() < deadline:
+            time.sleep(0.02)  # the policy generating its first turn
+        (prestarted,) = pool._ready
+        _, _, _, _, info = env.step("<python>print(6 * 7)</python>")
+        assert info["tool"]["ok"] and "42" in info["message"]["content"]
+        assert env.unwrapped._live.sessions["python"].process is prestarted
+    finally:
+        env.close()
