@@ -33,7 +33,9 @@ __all__ = [
     "baseline_for",
     "env_builder",
     "make",
+    "make_mixture",
     "make_vec",
+    "make_vec_mixture",
     "oracle_for",
     "register_env",
     "registered_envs",
@@ -199,6 +201,65 @@ def make_vec(
     if ray_options:
         raise InvalidConfigError("ray_options= applies to backend='ray' only")
     return ToolVectorEnv([make(env_id, **kwargs) for _ in range(num_envs)])
+
+
+def make_mixture(
+    weights: Mapping[str, float],
+    *,
+    split: str = "train",
+    tokenizer: Any = None,
+    env_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    size: int | None = None,
+    seed: int = 0,
+    **shared_kwargs: Any,
+) -> Any:
+    """One :class:`~vt_envs.core.mixture.MixtureEnv` over the ids in ``weights``.
+
+    Args:
+        weights: env id -> weight (normalized; 0 keeps the env but never draws it).
+        split: every member's split.
+        tokenizer: one tokenizer for every member (default: VT's).
+        env_kwargs: env id -> that member's own ``make`` keywords.
+        size: the mixture source's size (default: the members' total).
+        seed: seeds which domain each task index draws.
+        shared_kwargs: ``make`` keywords for every member (``max_turns``...).
+    """
+    from vt_envs.core.mixture import MixtureEnv, MixtureTasks, check_weights
+    from vt_envs.core.tokenizer import load_tokenizer
+
+    weights = check_weights(weights)
+    per_id = dict(env_kwargs or {})
+    unknown = sorted(set(per_id) - set(weights))
+    if unknown:
+        raise InvalidConfigError(f"env_kwargs names ids {unknown} that are not in the mixture")
+    tok = load_tokenizer(tokenizer)
+    members: dict[str, Any] = {}
+    try:
+        for env_id in weights:
+            kwargs = {**shared_kwargs, **dict(per_id.get(env_id, {}))}
+            members[env_id] = make(env_id, split=split, tokenizer=tok, **kwargs)
+        tasks = MixtureTasks(
+            {env_id: env.tasks for env_id, env in members.items()},
+            weights,
+            size=size,
+            seed=seed,
+            split=split,
+        )
+        return MixtureEnv(members, tasks)
+    except BaseException:
+        for env in members.values():
+            env.close()
+        raise
+
+
+def make_vec_mixture(
+    weights: Mapping[str, float], num_envs: int = 1, **kwargs: Any
+) -> ToolVectorEnv:
+    """A :class:`ToolVectorEnv` of ``num_envs`` :func:`make_mixture` sub-envs: each can
+    run an episode of any id in ``weights``; tasks drawn by weight with the seed."""
+    if not isinstance(num_envs, int) or num_envs < 1:
+        raise InvalidConfigError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    return ToolVectorEnv([make_mixture(weights, **kwargs) for _ in range(num_envs)])
 
 
 def baseline_for(env_id: str, env: Any = None) -> Any:

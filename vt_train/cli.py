@@ -41,7 +41,7 @@ def _rl(recipe: str | None, overrides: Sequence[str], *, resume: bool = False) -
     summary = trainer.train()
     trainer.close()
     if trainer.is_main:  # under torchrun, rank 0 reports
-        plot = plot_reward_curve(config.output_dir, title=f"{config.algo} on {config.env.id}")
+        plot = plot_reward_curve(config.output_dir, title=f"{config.algo} on {config.env.label}")
         print(json.dumps(summary, indent=2))
         print(f"run directory: {config.output_dir} (reward curve: {plot})")
     return 0
@@ -64,7 +64,7 @@ def _check(recipe: str, overrides: Sequence[str], ns: argparse.Namespace) -> int
 
     config = load_config(recipe, overrides)
     print(yaml.safe_dump(config_to_dict(config), sort_keys=False))
-    print(f"# {recipe}: valid ({config.algo} on {config.env.id})")
+    print(f"# {recipe}: valid ({config.algo} on {config.env.label})")
     shape = model_shape(config)
     if shape is None:
         print("# memory: unknown architecture (no config.json in model.path); not estimated")

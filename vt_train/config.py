@@ -53,10 +53,20 @@ class EnvConfig:
             (Ray actors; see :mod:`vt_envs.core.ray_backend`).
         ray: options of the Ray backend: ``actors``, ``max_restarts``,
             ``max_concurrency``.
+        mixture: env id -> weight: train and evaluate one policy on several
+            domains (``id`` is then ignored). Every sub-env can run any listed
+            id (:func:`vt_envs.make_vec_mixture`); tasks are drawn by weight
+            with the seed; metrics are also logged per domain
+            (``rollout/VT-Math-v0/accuracy``, ``eval/VT-SQL-v0/accuracy``...).
+            ``kwargs`` then go to every member; ``member_kwargs`` (env id ->
+            keywords) to one.
+        member_kwargs: per-member keywords of a ``mixture``.
     """
 
     id: str = "VT-Lookup-v0"
     kwargs: dict[str, Any] = field(default_factory=dict)
+    mixture: dict[str, float] = field(default_factory=dict)
+    member_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     eval_split: str = "test"
     eval_episodes: int = 100
     eval_temperatures: tuple[float, ...] = (0.0,)
@@ -66,6 +76,26 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if self.backend not in ("local", "ray"):
             raise InvalidConfigError(f"env.backend must be 'local' or 'ray', got {self.backend!r}")
+        if self.mixture:
+            from vt_envs.core.mixture import check_weights
+
+            check_weights(self.mixture)
+            if self.backend != "local":
+                raise InvalidConfigError(
+                    "env.mixture runs on env.backend='local' (the Ray backend builds one id)"
+                )
+            stray = sorted(set(self.member_kwargs) - set(self.mixture))
+            if stray:
+                raise InvalidConfigError(
+                    f"env.member_kwargs names {stray}, not in env.mixture {sorted(self.mixture)}"
+                )
+        elif self.member_kwargs:
+            raise InvalidConfigError("env.member_kwargs applies to an env.mixture only")
+
+    @property
+    def label(self) -> str:
+        """How runs and plots name the env: its id, or the mixture's ids."""
+        return " + ".join(self.mixture) if self.mixture else self.id
 
 
 @dataclass

@@ -229,13 +229,12 @@ def dry_run_config(
             engine_kwargs["limit_mm_per_prompt"] = config.rollout.engine_kwargs[
                 "limit_mm_per_prompt"
             ]
-    env_kwargs = dict(config.env.kwargs)
-    if "prestart" in env_kwargs:
-        env_kwargs["prestart"] = min(env_kwargs["prestart"], 2)
+    env_kwargs = _fewer_prestarted(config.env.kwargs)
+    member_kwargs = {k: _fewer_prestarted(v) for k, v in config.env.member_kwargs.items()}
     model_dir = _tiny_policy_dir(config, output_dir / "tiny-policy")
     return replace(
         copy.deepcopy(config),
-        env=replace(config.env, kwargs=env_kwargs, eval_episodes=2),
+        env=replace(config.env, kwargs=env_kwargs, member_kwargs=member_kwargs, eval_episodes=2),
         model=replace(
             config.model, path=str(model_dir), tokenizer=None, tiny={}, vision=None, processor=None
         ),
@@ -310,7 +309,7 @@ def dry_run(config: TrainConfig, output_dir: str | Path, *, engine: str | None =
     rows = dry.rollout.tasks_per_step * dry.rollout.n
     return {
         "algo": dry.algo,
-        "env": dry.env.id,
+        "env": dry.env.label,
         "engine": dry.rollout.engine,
         "zero_stage": dry.deepspeed.zero_stage,
         "bf16": dry.deepspeed.bf16,
@@ -323,3 +322,11 @@ def dry_run(config: TrainConfig, output_dir: str | Path, *, engine: str | None =
         "seconds": round(time.perf_counter() - start, 1),
         "run_dir": dry.output_dir,
     }
+
+
+def _fewer_prestarted(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Env keywords with at most 2 prestarted sandboxes (a GPU recipe's 16 are a waste here)."""
+    kwargs = dict(kwargs)
+    if "prestart" in kwargs:
+        kwargs["prestart"] = min(kwargs["prestart"], 2)
+    return kwargs

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vt_envs.core.vector import ToolVectorEnv
@@ -18,7 +18,7 @@ from vt_train.progress import progress_bar
 from vt_train.rollout import stream
 from vt_train.trajectory import Trajectory
 
-__all__ = ["EvalResult", "evaluate", "summarize"]
+__all__ = ["EvalResult", "domain_metrics", "evaluate", "summarize", "summarize_by_domain"]
 
 
 @dataclass
@@ -39,9 +39,12 @@ class EvalResult:
     mean_generated_tokens: float
     episodes: int
     trajectories: list[Trajectory]
+    by_domain: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def metrics(self, prefix: str = "eval/") -> dict[str, float]:
-        return {
+        """The summary under ``prefix``; with episodes of several domains (a
+        mixture), also each domain's under ``{prefix}{env id}/``."""
+        flat = {
             f"{prefix}{k}": getattr(self, k)
             for k in (
                 "accuracy",
@@ -53,6 +56,9 @@ class EvalResult:
                 "mean_generated_tokens",
             )
         }
+        if len(self.by_domain) > 1:
+            flat.update(_flatten(self.by_domain, prefix))
+        return flat
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -68,6 +74,35 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         / max(sum(t.turns for t in trajectories), 1),
         "mean_turns": sum(t.turns for t in trajectories) / n,
         "mean_generated_tokens": sum(t.num_generated for t in trajectories) / n,
+    }
+
+
+def summarize_by_domain(trajectories: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
+    """:func:`summarize` per domain (``metadata["env_id"]``), plus each domain's
+    ``episodes`` and ``tool_calls`` (per episode); domains in first-seen order."""
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        groups.setdefault(str(t.metadata.get("env_id", "")), []).append(t)
+    return {
+        domain: {
+            **summarize(group),
+            "episodes": float(len(group)),
+            "tool_calls": sum(t.tool_calls for t in group) / len(group),
+        }
+        for domain, group in groups.items()
+    }
+
+
+def domain_metrics(trajectories: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    """``{prefix}{env id}/{metric}`` for every domain of ``trajectories``."""
+    return _flatten(summarize_by_domain(trajectories), prefix)
+
+
+def _flatten(by_domain: dict[str, dict[str, float]], prefix: str) -> dict[str, float]:
+    return {
+        f"{prefix}{domain}/{name}": value
+        for domain, stats in by_domain.items()
+        for name, value in stats.items()
     }
 
 
@@ -110,4 +145,9 @@ async def evaluate(
         bar.close()
     trajectories.sort(key=lambda t: t.metadata["rollout_index"])
     stats: dict[str, Any] = summarize(trajectories)
-    return EvalResult(**stats, episodes=len(trajectories), trajectories=trajectories)
+    return EvalResult(
+        **stats,
+        episodes=len(trajectories),
+        trajectories=trajectories,
+        by_domain=summarize_by_domain(trajectories),
+    )

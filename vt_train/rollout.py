@@ -91,6 +91,7 @@ class _Rollout:
     group_id: int
     sample: int
     task_id: str = ""
+    env_id: str = ""  # the domain: a mixture member's id, else the env's name
     env_index: int = -1  # the sub-env that ran it
     input_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
@@ -146,6 +147,7 @@ class _Rollout:
                 "rollout_index": self.index,
                 "sample": self.sample,
                 "env_index": self.env_index,
+                "env_id": self.env_id,
                 "truncation": self.truncation,
                 # Each call: the turn it was made on, name, ok, error.
                 "tool_log": self.tool_log,
@@ -170,6 +172,7 @@ async def _start(setup: _Setup, r: _Rollout, env_index: int) -> None:
     seed = _derive_seed(setup.seed, r.index, -1) & 0x7FFFFFFF
     obs, info = await setup.venv.areset_at(env_index, seed=seed, options=options)
     r.task_id = str(info["task_id"])
+    r.env_id = str(info.get("env_id") or getattr(setup.venv.envs[env_index].unwrapped, "name", ""))
     r.env_index = env_index
     _append_observation(setup, r, env_index, obs)
     r.prompt_length = len(r.input_ids)

@@ -84,7 +84,8 @@ def write_transcripts(path: str | Path, trajectories: Sequence[Trajectory], toke
 
 
 def plot_reward_curve(run_dir: str | Path, *, title: str = "", window: int = 5) -> Path:
-    """Plot the training reward (raw and smoothed) and held-out accuracy by step."""
+    """Plot the training reward (raw and smoothed) and held-out accuracy by step
+    (a mixture's run: each domain's held-out accuracy too)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,6 +114,8 @@ def plot_reward_curve(run_dir: str | Path, *, title: str = "", window: int = 5) 
         ax.plot(*zip(*evals), "o-", color="tab:red", label="held-out accuracy (greedy)")
     if sampled:
         ax.plot(*zip(*sampled), "s--", color="tab:orange", label="held-out accuracy (T=1)")
+    for domain, points in _per_domain(records, "eval/", "/accuracy").items():
+        ax.plot(*zip(*points), ".:", label=f"held-out accuracy, {domain} (greedy)")
     ax.set_xlabel("RL step")
     ax.set_ylim(-0.05, 1.05)
     ax.grid(alpha=0.3)
@@ -123,3 +126,17 @@ def plot_reward_curve(run_dir: str | Path, *, title: str = "", window: int = 5) 
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def _per_domain(
+    records: list[dict[str, Any]], prefix: str, suffix: str
+) -> dict[str, list[tuple[int, float]]]:
+    """``{domain: [(step, value)]}`` of the keys ``{prefix}{domain}{suffix}`` (one level)."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for record in records:
+        for key, value in record.items():
+            if key.startswith(prefix) and key.endswith(suffix):
+                domain = key[len(prefix) : -len(suffix)]
+                if domain and "/" not in domain:
+                    series.setdefault(domain, []).append((record["step"], value))
+    return series

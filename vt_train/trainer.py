@@ -68,7 +68,7 @@ from vt_train.config import TrainConfig, config_to_dict, resolve_device
 from vt_train.ds_engine import DeepSpeedModel, FrozenDeepSpeedModel
 from vt_train.engines import assert_in_sync, make_engine
 from vt_train.engines.base import SamplingParams
-from vt_train.evaluation import EvalResult, evaluate, summarize
+from vt_train.evaluation import EvalResult, domain_metrics, evaluate, summarize
 from vt_train.logprobs import LogprobModel
 from vt_train.model import (
     CriticModel,
@@ -267,18 +267,32 @@ class Trainer:
         where = {"backend": config.env.backend}
         if config.env.backend == "ray":
             where["ray_options"] = dict(config.env.ray)
-        self.train_env = vt_envs.make_vec(
-            config.env.id, batch, **where, split="train", tokenizer=self.tokenizer, **env_kwargs
-        )
         eval_width = min(config.env.eval_episodes, 64)
-        self.eval_env = vt_envs.make_vec(
-            config.env.id,
-            eval_width,
-            **where,
-            split=config.env.eval_split,
-            tokenizer=self.tokenizer,
-            **env_kwargs,
-        )
+        if config.env.mixture:
+            mixture = {
+                "env_kwargs": config.env.member_kwargs,
+                "seed": config.seed,
+                "tokenizer": self.tokenizer,
+                **env_kwargs,
+            }
+            self.train_env = vt_envs.make_vec_mixture(
+                config.env.mixture, batch, split="train", **mixture
+            )
+            self.eval_env = vt_envs.make_vec_mixture(
+                config.env.mixture, eval_width, split=config.env.eval_split, **mixture
+            )
+        else:
+            self.train_env = vt_envs.make_vec(
+                config.env.id, batch, **where, split="train", tokenizer=self.tokenizer, **env_kwargs
+            )
+            self.eval_env = vt_envs.make_vec(
+                config.env.id,
+                eval_width,
+                **where,
+                split=config.env.eval_split,
+                tokenizer=self.tokenizer,
+                **env_kwargs,
+            )
         check_same_tokenizer(
             [
                 ("trainer", self.tokenizer),
@@ -717,6 +731,8 @@ class Trainer:
         """Update the policy (and critic) on ``trajectories``; push the new weights."""
         cfg, algo = self.config, self.algo
         metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
+        if self.config.env.mixture:  # each domain's reward, accuracy, turns, tool use
+            metrics.update(domain_metrics(trajectories, "rollout/"))
         if self.sampling_rounds:
             metrics["rollout/sampling_rounds"] = float(self.sampling_rounds)
         metrics.update(self._shape_truncated(trajectories))

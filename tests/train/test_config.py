@@ -25,10 +25,12 @@ def test_recipe_validates_everything_but_the_weights(recipe):
     config = load_config(recipe)
     algo = config.algorithm_config()
     assert algo.use_critic == (config.algo == "ppo")
-    registration = vt_envs.registered_envs()[config.env.id]
-    builder = vt_envs.registration._load(registration.builder)
-    unknown = set(config.env.kwargs) - set(builder.accepted_kwargs)
-    assert not unknown, f"{recipe.name}: env kwargs the builder does not accept: {unknown}"
+    for env_id in config.env.mixture or [config.env.id]:
+        registration = vt_envs.registered_envs()[env_id]
+        builder = vt_envs.registration._load(registration.builder)
+        given = {**config.env.kwargs, **config.env.member_kwargs.get(env_id, {})}
+        unknown = set(given) - set(builder.accepted_kwargs)
+        assert not unknown, f"{recipe.name}: {env_id} kwargs its builder does not accept: {unknown}"
     assert config.rollout.engine in ENGINES
     batch = config.rollout.tasks_per_step * config.rollout.n
     assert batch % config.optim.minibatch_size == 0
