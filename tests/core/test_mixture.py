@@ -55,7 +55,7 @@ def test_a_prefix_holds_distinct_tasks_of_each_domain_and_ids_route_back():
     [{}, {"A": -1.0}, {"A": 0, "B": 0}, {"A": float("nan")}, ["A"]],
 )
 def test_bad_weights_are_typed_errors(weights):
-    with pytest.raises(InvalidConfigError, match="weight|mapping"):
+    with pytest.raises(InvalidConfigError, match=r"weight|mapping"):
         MixtureTasks({"A": _source("A", 2), "B": _source("B", 2)}, weights)
 
 
