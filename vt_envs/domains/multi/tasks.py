@@ -1,0 +1,243 @@
+"""VT-Multi-v0's task families: each needs two different tools in one episode.
+
+- ``sql_lcm`` (SQL, then Python): *What is the least common multiple of the
+  unit prices, in cents, of the items of order 1234?* The prices are only in
+  the ``shop`` database; an LCM over a group is no SQL aggregate.
+- ``sql_digit_sum`` (SQL, then Python): *the sum of the decimal digits of the
+  total revenue, in cents, of the Books orders of March 2023.*
+- ``search_days`` (search, then Python): two sentences of the Wikipedia
+  summaries with a year blanked out (VT-Search-v0's ``year_cloze`` tasks,
+  each retrievable by its sentence); *how many days are there from 1 January
+  of the earlier year to 1 January of the later one?* The years are only in
+  the corpus; the calendar arithmetic (leap years) is Python's.
+
+Golds are computed at generation (the SQL families read the database
+read-only); ``assets`` hold the privileged facts the oracle uses (the
+query, the years) next to what the tools need (``db_path``). Splits: an
+order (or a month of a category) is held out iff the SHA-256 of its key
+falls in one bucket of eight; a search pair takes both sentences from
+VT-Search-v0's own split (held-out articles), so no test fact is a training
+fact.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from vt_envs.core.task import SPLITS, GeneratedTasks, Task, TaskSource
+from vt_envs.errors import InvalidConfigError
+
+__all__ = ["FAMILIES", "multi_tasks"]
+
+FAMILIES = ("sql_lcm", "sql_digit_sum", "search_days")
+_TEST_BUCKETS = 8
+
+
+def _is_test(key: str) -> bool:
+    return hashlib.sha256(key.encode()).digest()[0] % _TEST_BUCKETS == 0
+
+
+def _in_split(key: str, split: str) -> bool:
+    return _is_test(key) == (split == "test")
+
+
+@lru_cache(maxsize=4)
+def _shop_facts(db_path: str) -> dict[str, Any]:
+    """What the SQL families draw from, read once from the database (read-only)."""
+    from vt_envs.domains.sql.databases import connect_readonly
+
+    con = connect_readonly(db_path)
+    try:
+        items = con.execute(
+            "SELECT order_id, CAST(round(unit_price * 100) AS BIGINT) FROM order_items "
+            "ORDER BY order_id, product_id"
+        ).fetchall()
+        revenue = con.execute(
+            "SELECT p.category, strftime(o.order_date, '%Y-%m') AS month, "
+            "CAST(round(sum(i.quantity * i.unit_price) * 100) AS BIGINT) "
+            "FROM order_items i JOIN orders o USING (order_id) JOIN products p USING (product_id) "
+            "GROUP BY ALL ORDER BY 1, 2"
+        ).fetchall()
+    finally:
+        con.close()
+    prices: dict[int, list[int]] = {}
+    for order_id, cents in items:
+        prices.setdefault(int(order_id), []).append(int(cents))
+    orders = sorted(o for o, p in prices.items() if 2 <= len(p) <= 4)
+    return {"prices": prices, "orders": orders, "revenue": [tuple(r) for r in revenue]}
+
+
+def _sql_lcm(db_path: str, split: str, k: int) -> Task:
+    facts = _shop_facts(db_path)
+    orders = [o for o in facts["orders"] if _in_split(f"order/{o}", split)]
+    order = orders[int(np.random.default_rng([7, k]).integers(len(orders)))]
+    value = math.lcm(*facts["prices"][order])
+    query = f"SELECT unit_price FROM order_items WHERE order_id = {order}"
+    prompt = (
+        f"In the shop database, what is the least common multiple of the unit prices, "
+        f"in cents, of the items of order {order}? (A unit price of $12.34 is 1234 cents.)"
+    )
+    return _task(
+        "sql_lcm",
+        split,
+        k,
+        prompt,
+        str(value),
+        db_path,
+        query=query,
+        code=f"import math\nprint(math.lcm(*[round(p * 100) for p in PRICES]))",
+        needs=("sql", "python"),
+    )
+
+
+def _sql_digit_sum(db_path: str, split: str, k: int) -> Task:
+    facts = _shop_facts(db_path)
+    rows = [r for r in facts["revenue"] if _in_split(f"revenue/{r[0]}/{r[1]}", split)]
+    category, month, cents = rows[int(np.random.default_rng([8, k]).integers(len(rows)))]
+    year, mon = (int(x) for x in month.split("-"))
+    when = datetime.date(year, mon, 1).strftime("%B %Y")
+    query = (
+        "SELECT sum(i.quantity * i.unit_price) FROM order_items i JOIN orders o USING (order_id) "
+        f"JOIN products p USING (product_id) WHERE p.category = '{category}' "
+        f"AND strftime(o.order_date, '%Y-%m') = '{month}'"
+    )
+    prompt = (
+        f"In the shop database, take the total revenue (quantity times unit price, over all "
+        f"order items) of {category} products in orders placed in {when}, in cents. What is the "
+        "sum of its decimal digits?"
+    )
+    return _task(
+        "sql_digit_sum",
+        split,
+        k,
+        prompt,
+        str(sum(int(c) for c in str(cents))),
+        db_path,
+        query=query,
+        code="print(sum(int(c) for c in str(round(TOTAL * 100))))",
+        needs=("sql", "python"),
+    )
+
+
+def _year_facts(search_tasks: TaskSource) -> list[Task]:
+    """The ``year_cloze`` tasks whose year is a plain year AD (1..9999)."""
+    facts = []
+    for i in range(len(search_tasks)):
+        task = search_tasks[i]
+        gold = task.gold[0] if isinstance(task.gold, (list, tuple)) else task.gold
+        if task.metadata.get("kind") == "year_cloze" and str(gold).isdigit():
+            if 1 <= int(gold) <= 9999:
+                facts.append(task)
+    return facts
+
+
+def _search_days(facts: Sequence[Task], db_path: str, split: str, k: int) -> Task:
+    rng = np.random.default_rng([9, k])
+    while True:
+        a, b = (facts[int(i)] for i in rng.choice(len(facts), size=2, replace=False))
+        years = [int(_gold(a)), int(_gold(b))]
+        if years[0] != years[1]:
+            break
+    first, second = (_sentence(t) for t in (a, b))
+    lo, hi = sorted(years)
+    days = (datetime.date(hi, 1, 1) - datetime.date(lo, 1, 1)).days
+    prompt = (
+        "Each of these two sentences from the knowledge base (Wikipedia summaries) has a year "
+        f"replaced by ____:\n1. {first}\n2. {second}\nHow many days are there from 1 January "
+        "of the earlier of the two years to 1 January of the later one (Gregorian calendar)?"
+    )
+    return _task(
+        "search_days",
+        split,
+        k,
+        prompt,
+        str(days),
+        db_path,
+        queries=[a.assets["oracle_queries"][0], b.assets["oracle_queries"][0]],
+        gold_titles=[a.assets["gold_titles"][0], b.assets["gold_titles"][0]],
+        years=years,
+        code=(
+            "from datetime import date\nlo, hi = sorted(YEARS)\n"
+            "print((date(hi, 1, 1) - date(lo, 1, 1)).days)"
+        ),
+        needs=("search", "python"),
+    )
+
+
+def _gold(task: Task) -> str:
+    return str(task.gold[0] if isinstance(task.gold, (list, tuple)) else task.gold)
+
+
+def _sentence(task: Task) -> str:
+    """``"Title": the blanked sentence`` of a year_cloze task (from its oracle query)."""
+    title, _, sentence = task.assets["oracle_queries"][0].partition(": ")
+    return f'(from "{title}") {sentence}'
+
+
+def _task(
+    family: str,
+    split: str,
+    k: int,
+    prompt: str,
+    gold: str,
+    db_path: str,
+    *,
+    needs: tuple[str, str],
+    **oracle: Any,
+) -> Task:
+    return Task(
+        id=f"multi/{split}/{family}/{k}",
+        prompt=prompt,
+        gold=gold,
+        metadata={"family": family, "tools": list(needs)},
+        assets={"db_path": db_path, "db_id": "shop", "oracle": oracle},
+    )
+
+
+def multi_tasks(
+    split: str = "train",
+    *,
+    search_tasks: TaskSource,
+    db_path: str,
+    families: Sequence[str] = FAMILIES,
+    size: int | None = None,
+) -> GeneratedTasks:
+    """The seeded task source of VT-Multi-v0 (train: 3,000 tasks; test: 300).
+
+    Index ``i`` is task ``i // n`` of family ``families[i % n]``. ``search_tasks``
+    is VT-Search-v0's source of the same split (its year sentences);
+    ``db_path`` the ``shop`` database.
+    """
+    if split not in SPLITS:
+        raise InvalidConfigError(f"split must be one of {SPLITS}, got {split!r}")
+    names = [families] if isinstance(families, str) else list(families)
+    unknown = [f for f in names if f not in FAMILIES]
+    if unknown or not names:
+        raise InvalidConfigError(f"families must be a non-empty list of {FAMILIES}, got {names}")
+    facts: list[Task] = []
+    builders: dict[str, Callable[[str, int], Task]] = {
+        "sql_lcm": lambda s, k: _sql_lcm(db_path, s, k),
+        "sql_digit_sum": lambda s, k: _sql_digit_sum(db_path, s, k),
+        "search_days": lambda s, k: _search_days(facts, db_path, s, k),
+    }
+    if "search_days" in names:
+        facts.extend(_year_facts(search_tasks))
+        if len(facts) < 2:
+            raise InvalidConfigError(
+                f"VT-Search-v0's {split} split has {len(facts)} year sentences; search_days "
+                "needs at least 2"
+            )
+
+    def generate(split: str, index: int) -> Task:
+        family = names[index % len(names)]
+        return builders[family](split, index // len(names))
+
+    default = 3000 if split == "train" else 300
+    return GeneratedTasks(generate, size or default, name="multi", split=split)
