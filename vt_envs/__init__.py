@@ -113,3 +113,10 @@ register_env(
     oracle="vt_envs.domains.sql:SQLOracle",
     description="text-to-SQL on read-only DuckDB databases, execution-match reward",
 )
+register_env(
+    "VT-Multi-v0",
+    builder="vt_envs.domains.multi:make_multi_env",
+    oracle="vt_envs.domains.multi:MultiOracle",
+    baseline="vt_envs.domains.multi:MultiNoToolPolicy",
+    description="two tools per task: SQL or search for the facts, then Python to compute",
+)

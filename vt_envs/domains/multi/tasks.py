@@ -92,7 +92,7 @@ def _sql_lcm(db_path: str, split: str, k: int) -> Task:
         str(value),
         db_path,
         query=query,
-        code=f"import math\nprint(math.lcm(*[round(p * 100) for p in PRICES]))",
+        code="import math\nprint(math.lcm(*[round(p * 100) for p in PRICES]))",
         needs=("sql", "python"),
     )
 

@@ -1,0 +1,92 @@
+"""VT-Multi-v0: every task needs a fact tool and Python, through gym.make; baselines low;
+the held-out split shares no fact with the training split."""
+
+from __future__ import annotations
+
+import re
+
+import gymnasium as gym
+import pytest
+
+import vt_envs
+from vt_envs.core.policy import run_episode
+from vt_envs.domains.multi import FAMILIES, MultiFactsOnlyPolicy, MultiNoToolPolicy
+from vt_envs.errors import InvalidConfigError
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = gym.make("VT-Multi-v0", split="test")
+    yield env
+    env.close()
+
+
+def _tools_called(result) -> list[str]:
+    return [info["tool"]["name"] for info in result.infos if "tool" in info]
+
+
+def test_the_prompt_describes_all_three_tools_under_one_parser(env):
+    prompt = env.unwrapped.system_prompt
+    for call in ("<sql>QUERY</sql>", "<search>QUERY</search>", "<python>CODE</python>"):
+        assert call in prompt
+    assert {"</sql>", "</search>", "</python>", "</answer>"} <= set(env.unwrapped.stop_strings)
+
+
+def test_the_oracle_needs_a_fact_tool_and_python_in_every_family(env):
+    tasks = env.unwrapped.tasks
+    for index in range(2 * len(FAMILIES)):
+        task = tasks[index]
+        result = run_episode(env, vt_envs.oracle_for("VT-Multi-v0"), options={"task_id": task.id})
+        assert result.reward == 1.0, (task.id, result.actions)
+        fact_tool = "sql" if task.metadata["family"].startswith("sql") else "search"
+        called = _tools_called(result)
+        assert fact_tool in called and "python" in called
+        assert set(task.metadata["tools"]) == {fact_tool, "python"}
+
+
+def test_no_tool_and_facts_only_baselines_score_low(env):
+    scores = {"none": [], "facts": []}
+    for seed in range(30):
+        scores["none"].append(run_episode(env, MultiNoToolPolicy(), seed=seed).reward)
+        facts = run_episode(env, MultiFactsOnlyPolicy(), seed=seed)
+        assert "python" not in _tools_called(facts)
+        scores["facts"].append(facts.reward)
+    assert sum(scores["none"]) == 0
+    assert sum(scores["facts"]) / 30 <= 0.2
+
+
+def test_no_held_out_fact_is_a_training_fact():
+    train, test = (vt_envs.make("VT-Multi-v0", split=s) for s in ("train", "test"))
+    try:
+
+        def keys(tasks, n):
+            out = set()
+            for i in range(n):
+                t = tasks[i]
+                if t.metadata["family"] == "sql_lcm":
+                    out.add(re.search(r"order (\d+)", t.prompt).group(0))
+                elif t.metadata["family"] == "sql_digit_sum":
+                    out.add(
+                        re.search(
+                            r"of (\w+) products in orders placed in ([\w ]+),", t.prompt
+                        ).groups()
+                    )
+                else:
+                    out.update(re.findall(r'\(from "([^"]+)"\)', t.prompt))
+            return out
+
+        assert keys(train.tasks, 300).isdisjoint(keys(test.tasks, 150))
+    finally:
+        train.close()
+        test.close()
+
+
+def test_families_select_and_validate():
+    env = vt_envs.make("VT-Multi-v0", families=["sql_lcm"], size=5)
+    try:
+        assert len(env.tasks) == 5
+        assert {env.tasks[i].metadata["family"] for i in range(5)} == {"sql_lcm"}
+    finally:
+        env.close()
+    with pytest.raises(InvalidConfigError, match="families"):
+        vt_envs.make("VT-Multi-v0", families=["crop"])

@@ -1,0 +1,212 @@
+"""VT-Multi-v0: tasks that need two different tools in one episode.
+
+Every episode offers the same three tools — ``sql`` (the ``shop`` DuckDB
+database, sandboxed), ``search`` (the Wikipedia-summary knowledge base of
+VT-Search-v0) and ``python`` (the sandboxed interpreter) — under one parser
+and one system prompt that describes them all. Each task needs a fact tool
+(SQL or search) *and* Python: an LCM or a digit sum over values only the
+database holds, or calendar arithmetic over years only the corpus holds
+(:mod:`vt_envs.domains.multi.tasks`). The reward is 1 when the integer
+answer equals the gold (:class:`~vt_envs.domains.math.MathVerifier`).
+
+Baselines: :class:`MultiNoToolPolicy` answers at once;
+:class:`MultiFactsOnlyPolicy` looks the facts up but computes without Python
+(an approximate mental step: the largest price, 365 days a year, the digit
+sum of the dollar amount). Both score low; :class:`MultiOracle` (fact tool,
+then Python on what it returned) scores 1.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vt_envs.core.env import ToolEnv
+from vt_envs.core.policy import OraclePolicy, Policy
+from vt_envs.core.task import Task
+from vt_envs.domains.multi.tasks import FAMILIES, multi_tasks
+from vt_envs.registration import env_builder
+
+__all__ = [
+    "FAMILIES",
+    "INSTRUCTIONS",
+    "MultiFactsOnlyPolicy",
+    "MultiNoToolPolicy",
+    "MultiOracle",
+    "make_multi_env",
+    "multi_tasks",
+]
+
+INSTRUCTIONS = (
+    "Answer the question. You will need two tools: one to find the facts (the shop "
+    "database through SQL, or the knowledge base through search) and the Python "
+    "interpreter to compute with them. Give the final answer as an integer, without units."
+)
+
+
+@env_builder
+def make_multi_env(
+    *,
+    split: str = "train",
+    families: Sequence[str] = FAMILIES,
+    size: int | None = None,
+    retriever: str = "auto",
+    top_k: int = 3,
+    python_timeout_s: float = 10.0,
+    sql_timeout_s: float = 5.0,
+    isolation: str | None = None,
+    max_turns: int = 6,
+    max_tool_calls: int | None = 4,
+    max_observation_tokens: int = 1024,
+    **env_kwargs: Any,
+) -> ToolEnv:
+    """Build VT-Multi-v0.
+
+    Args:
+        split: ``"train"`` (3,000 tasks) or ``"test"`` (300, held out).
+        families: task families (:data:`FAMILIES`): ``sql_lcm``,
+            ``sql_digit_sum``, ``search_days``.
+        size: at most this many tasks.
+        retriever, top_k: the search tool's (as VT-Search-v0's).
+        python_timeout_s, sql_timeout_s, isolation: the sandboxed tools'.
+        max_turns, max_tool_calls, max_observation_tokens, **env_kwargs:
+            passed to :class:`ToolEnv`.
+    """
+    from vt_envs.domains.math.verifier import MathVerifier
+    from vt_envs.domains.search import search_tasks, vital_articles_corpus
+    from vt_envs.domains.search.retriever import shared_retriever
+    from vt_envs.domains.search.tool import SearchTool
+    from vt_envs.domains.sql.databases import database_path
+    from vt_envs.domains.sql.tool import SQLTool
+    from vt_envs.tools.python import PythonTool
+
+    names = list(families)
+    retrieval = shared_retriever(retriever, vital_articles_corpus(), index="flat")
+    facts = (
+        search_tasks(split, retriever=retrieval, top_k=top_k, kinds=("year_cloze",))
+        if "search_days" in names
+        else None
+    )
+    tasks = multi_tasks(
+        split, search_tasks=facts, db_path=str(database_path("shop")), families=names, size=size
+    )
+    return ToolEnv(
+        tools=[
+            SQLTool(timeout_s=sql_timeout_s, isolation=isolation),
+            SearchTool(retrieval, top_k=top_k),
+            PythonTool(timeout_s=python_timeout_s, isolation=isolation),
+        ],
+        tasks=tasks,
+        verifier=MathVerifier(),
+        instructions=INSTRUCTIONS,
+        max_turns=max_turns,
+        max_tool_calls=max_tool_calls,
+        max_observation_tokens=max_observation_tokens,
+        name="VT-Multi-v0",
+        **env_kwargs,
+    )
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _facts_query(task: Task) -> str:
+    """The fact tool call the oracle and the facts-only baseline make first."""
+    oracle = task.assets["oracle"]
+    family = task.metadata["family"]
+    if family == "sql_lcm":
+        return f"<sql>{oracle['query']}</sql>"
+    if family == "sql_digit_sum":
+        return f"<sql>{oracle['query']}</sql>"
+    return f"<search>{oracle['queries'][0]}</search>"
+
+
+def _sql_values(content: str) -> list[str]:
+    """The value lines of the SQL tool's result (header first, ``(n rows)`` last)."""
+    lines = [line.strip() for line in content.splitlines() if line.strip()]
+    return [line for line in lines[1:] if not line.startswith("(")]
+
+
+class MultiOracle(OraclePolicy):
+    """Finds the facts with SQL or search, computes with Python, answers what it printed.
+
+    SQL families: the oracle's query, then Python over the values the result
+    shows (read from the observation). ``search_days``: one search per
+    sentence; the years come from the task (privileged) only once both
+    sentences' articles were retrieved (else it answers ``""``), then Python
+    does the calendar arithmetic.
+    """
+
+    def reset(self, task: Task) -> None:
+        super().reset(task)
+        self.seen: list[str] = []
+
+    def next_action(self, observation: str, info: Mapping[str, Any]) -> str:
+        task, family = self.task, self.task.metadata["family"]
+        oracle = task.assets["oracle"]
+        message = str((info.get("message") or {}).get("content", ""))
+        if self.turn > 0:
+            self.seen.append(message)
+        if self.turn == 0:
+            return _facts_query(task)
+        if family == "search_days" and self.turn == 1:
+            return f"<search>{oracle['queries'][1]}</search>"
+        python_turn = 1 if family != "search_days" else 2
+        if self.turn == python_turn:
+            return f"<python>\n{self._code(family, oracle)}\n</python>"
+        lines = [line for line in message.splitlines() if line.strip()]
+        return f"<answer>{lines[-1].strip() if lines else ''}</answer>"
+
+    def _code(self, family: str, oracle: Mapping[str, Any]) -> str:
+        if family == "sql_lcm":
+            prices = ", ".join(_sql_values(self.seen[0]))
+            return oracle["code"].replace("PRICES", f"[{prices}]")
+        if family == "sql_digit_sum":
+            (total,) = _sql_values(self.seen[0])[:1] or ["0"]
+            return oracle["code"].replace("TOTAL", total)
+        found = all(title in "".join(self.seen) for title in oracle["gold_titles"])
+        years = oracle["years"] if found else [0, 0]
+        return oracle["code"].replace("YEARS", repr(list(years)))
+
+
+class MultiNoToolPolicy(Policy):
+    """The no-tool baseline: answers at once with the last number of the question."""
+
+    def reset(self, task: Task) -> None:
+        numbers = _NUMBER.findall(task.prompt)
+        self.guess = numbers[-1] if numbers else "0"
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        return f"<answer>{self.guess}</answer>"
+
+
+class MultiFactsOnlyPolicy(OraclePolicy):
+    """The one-tool baseline: the oracle's fact lookup, then an answer without Python.
+
+    It computes the way a model without an interpreter might: the largest
+    price for an LCM, the digit sum of the dollar amount's digits without
+    the cents' rounding, and 365 days a year.
+    """
+
+    def reset(self, task: Task) -> None:
+        super().reset(task)
+        self.seen: list[str] = []
+
+    def next_action(self, observation: str, info: Mapping[str, Any]) -> str:
+        family = self.task.metadata["family"]
+        if self.turn > 0:
+            self.seen.append(str((info.get("message") or {}).get("content", "")))
+        if self.turn == 0:
+            return _facts_query(self.task)
+        if family == "sql_lcm":
+            cents = [
+                round(float(v) * 100) for v in _sql_values(self.seen[0]) if _NUMBER.fullmatch(v)
+            ]
+            return f"<answer>{max(cents, default=0)}</answer>"
+        if family == "sql_digit_sum":
+            values = _sql_values(self.seen[0])
+            digits = values[0].split(".")[0] if values else "0"
+            return f"<answer>{sum(int(c) for c in digits if c.isdigit())}</answer>"
+        years = self.task.assets["oracle"]["years"]
+        return f"<answer>{365 * abs(years[0] - years[1])}</answer>"
