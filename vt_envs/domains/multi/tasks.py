@@ -131,10 +131,9 @@ def _year_facts(search_tasks: TaskSource) -> list[Task]:
     facts = []
     for i in range(len(search_tasks)):
         task = search_tasks[i]
-        gold = task.gold[0] if isinstance(task.gold, (list, tuple)) else task.gold
-        if task.metadata.get("kind") == "year_cloze" and str(gold).isdigit():
-            if 1 <= int(gold) <= 9999:
-                facts.append(task)
+        gold = _gold(task)
+        if task.metadata.get("kind") == "year_cloze" and gold.isdigit() and 1 <= int(gold) <= 9999:
+            facts.append(task)
     return facts
 
 
