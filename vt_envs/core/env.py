@@ -44,6 +44,10 @@ from vt_envs.errors import EnvClosedError, InvalidConfigError, ResetNeededError
 
 __all__ = ["OBSERVATION_FORMATS", "RewardConfig", "ToolEnv"]
 
+#: What ``render()`` shows in ``rgb_array`` mode when the episode has no image (read-only).
+BLANK_FRAME = np.full((64, 64, 3), 255, dtype=np.uint8)
+BLANK_FRAME.flags.writeable = False
+
 logger = logging.getLogger(__name__)
 
 OBSERVATION_FORMATS = ("chat", "inline")
@@ -559,11 +563,15 @@ class ToolEnv(gym.Env[dict, str]):
     def render(self) -> str | np.ndarray | None:
         """With ``render_mode="ansi"``: the transcript so far (prompt, actions,
         observations; each image as its unexpanded placeholder). With
-        ``"rgb_array"`` (image envs): the episode's latest image."""
+        ``"rgb_array"`` (image envs): the episode's latest image, or a blank
+        frame (:data:`BLANK_FRAME`) while there is none (before the first
+        reset, or on a task without images in an env where some have them)."""
         if self.render_mode == "ansi":
             return "".join(self._transcript)
-        if self.render_mode == "rgb_array" and self._episode is not None and self._episode.images:
-            return self._episode.images[-1]
+        if self.render_mode == "rgb_array":
+            if self._episode is not None and self._episode.images:
+                return self._episode.images[-1]
+            return BLANK_FRAME
         return None
 
     def empty_observation(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@ def test_the_prompt_describes_all_three_tools_under_one_parser(env):
     prompt = env.unwrapped.system_prompt
     for call in ("<sql>QUERY</sql>", "<search>QUERY</search>", "<python>CODE</python>"):
         assert call in prompt
+    assert '"name": "zoom"' in prompt and '"name": "crop"' in prompt
     assert {"</sql>", "</search>", "</python>", "</answer>"} <= set(env.unwrapped.stop_strings)
 
 
@@ -38,7 +39,9 @@ def test_the_oracle_needs_a_fact_tool_and_python_in_every_family(env):
         task = tasks[index]
         result = run_episode(env, vt_envs.oracle_for("VT-Multi-v0"), options={"task_id": task.id})
         assert result.reward == 1.0, (task.id, result.actions)
-        fact_tool = "sql" if task.metadata["family"].startswith("sql") else "search"
+        fact_tool = {"sql_lcm": "sql", "sql_digit_sum": "sql"}.get(
+            task.metadata["family"], "search" if "search" in task.metadata["family"] else "zoom"
+        )
         called = _tools_called(result)
         assert fact_tool in called and "python" in called
         assert set(task.metadata["tools"]) == {fact_tool, "python"}
@@ -90,3 +93,23 @@ def test_families_select_and_validate():
         env.close()
     with pytest.raises(InvalidConfigError, match="families"):
         vt_envs.make("VT-Multi-v0", families=["crop"])
+
+
+def test_crop_tasks_show_one_image_with_both_tags_and_text_tasks_none(env):
+    import numpy as np
+
+    tasks = env.unwrapped.tasks
+    for index in range(len(FAMILIES)):
+        task = tasks[index]
+        obs, _ = env.reset(options={"task_id": task.id})
+        if task.metadata["family"] != "crop_product":
+            assert obs["images"] == ()
+            continue
+        (image,) = obs["images"]
+        width, height = task.assets["image_size"]
+        assert image.shape == (height, width, 3)
+        for left, top, right, bottom in task.assets["oracle"]["targets"]:
+            tag = image[top:bottom, left:right]
+            assert (tag == 255).all(axis=-1).mean() > 0.4  # a white tag ...
+            assert (tag < 60).all(axis=-1).any()  # ... with black type and border
+        assert int(task.gold) == np.prod(task.assets["oracle"]["numbers"])

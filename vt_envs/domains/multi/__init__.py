@@ -1,13 +1,15 @@
 """VT-Multi-v0: tasks that need two different tools in one episode.
 
-Every episode offers the same three tools — ``sql`` (the ``shop`` DuckDB
+Every episode offers the same tools — ``sql`` (the ``shop`` DuckDB
 database, sandboxed), ``search`` (the Wikipedia-summary knowledge base of
-VT-Search-v0) and ``python`` (the sandboxed interpreter) — under one parser
-and one system prompt that describes them all. Each task needs a fact tool
-(SQL or search) *and* Python: an LCM or a digit sum over values only the
-database holds, or calendar arithmetic over years only the corpus holds
-(:mod:`vt_envs.domains.multi.tasks`). The reward is 1 when the integer
-answer equals the gold (:class:`~vt_envs.domains.math.MathVerifier`).
+VT-Search-v0), ``crop`` and ``zoom`` (VT-Visual-v0's, on the task's image)
+and ``python`` (the sandboxed interpreter) — under one parser and one system
+prompt that describes them all. Each task needs a fact tool *and* Python: an
+LCM or a digit sum over values only the database holds, calendar arithmetic
+over years only the corpus holds, or the product of two numbers printed too
+small to read without zooming (:mod:`vt_envs.domains.multi.tasks`). Tasks
+without an image have none (their observations' ``images`` are empty). The
+reward is 1 when the integer answer equals the gold (:class:`~vt_envs.domains.math.MathVerifier`).
 
 Baselines: :class:`MultiNoToolPolicy` answers at once;
 :class:`MultiFactsOnlyPolicy` looks the facts up but computes without Python
@@ -18,6 +20,7 @@ then Python on what it returned) scores 1.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,7 +28,9 @@ from typing import Any
 from vt_envs.core.env import ToolEnv
 from vt_envs.core.policy import OraclePolicy, Policy
 from vt_envs.core.task import Task
-from vt_envs.domains.multi.tasks import FAMILIES, multi_tasks
+from vt_envs.domains.multi.tasks import FAMILIES, images_of_task, multi_tasks
+from vt_envs.domains.visual.bbox import union_box
+from vt_envs.domains.visual.oracle import ZOOM_MARGIN
 from vt_envs.registration import env_builder
 
 __all__ = [
@@ -40,8 +45,10 @@ __all__ = [
 
 INSTRUCTIONS = (
     "Answer the question. You will need two tools: one to find the facts (the shop "
-    "database through SQL, or the knowledge base through search) and the Python "
-    "interpreter to compute with them. Give the final answer as an integer, without units."
+    "database through SQL, the knowledge base through search, or a closer look at the "
+    "image through crop or zoom) and the Python interpreter to compute with them. Give "
+    "the final answer as an integer, without units. Each crop or zoom result is a new "
+    'image, numbered in order (the task\'s image is image 0; refer to one with "image"). {bbox}'
 )
 
 
@@ -66,12 +73,13 @@ def make_multi_env(
     Args:
         split: ``"train"`` (3,000 tasks) or ``"test"`` (300, held out).
         families: task families (:data:`FAMILIES`): ``sql_lcm``,
-            ``sql_digit_sum``, ``search_days``.
+            ``sql_digit_sum``, ``search_days``, ``crop_product``.
         size: at most this many tasks.
         retriever, top_k: the search tool's (as VT-Search-v0's).
         python_timeout_s, sql_timeout_s, isolation: the sandboxed tools'.
         max_turns, max_tool_calls, max_observation_tokens, **env_kwargs:
-            passed to :class:`ToolEnv`.
+            passed to :class:`ToolEnv` (``processor=PATH`` for a Qwen2-VL
+            processor's image tokens).
     """
     from vt_envs.domains.math.verifier import MathVerifier
     from vt_envs.domains.search import search_tasks, vital_articles_corpus
@@ -79,6 +87,8 @@ def make_multi_env(
     from vt_envs.domains.search.tool import SearchTool
     from vt_envs.domains.sql.databases import database_path
     from vt_envs.domains.sql.tool import SQLTool
+    from vt_envs.domains.visual.bbox import describe_format
+    from vt_envs.domains.visual.tools import ImageStore
     from vt_envs.tools.python import PythonTool
 
     names = list(families)
@@ -91,15 +101,18 @@ def make_multi_env(
     tasks = multi_tasks(
         split, search_tasks=facts, db_path=str(database_path("shop")), families=names, size=size
     )
+    store = ImageStore(images_of_task)
     return ToolEnv(
         tools=[
             SQLTool(timeout_s=sql_timeout_s, isolation=isolation),
             SearchTool(retrieval, top_k=top_k),
+            *store.tools(["crop", "zoom"], bbox_format="pixels"),
             PythonTool(timeout_s=python_timeout_s, isolation=isolation),
         ],
         tasks=tasks,
         verifier=MathVerifier(),
-        instructions=INSTRUCTIONS,
+        instructions=INSTRUCTIONS.format(bbox=describe_format("pixels")),
+        task_images=store.images,
         max_turns=max_turns,
         max_tool_calls=max_tool_calls,
         max_observation_tokens=max_observation_tokens,
@@ -111,15 +124,25 @@ def make_multi_env(
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
-def _facts_query(task: Task) -> str:
-    """The fact tool call the oracle and the facts-only baseline make first."""
-    oracle = task.assets["oracle"]
+def _fact_call(task: Task, step: int) -> str | None:
+    """The oracle's (and the facts-only baseline's) fact-tool call number ``step``,
+    or ``None`` once the facts are in: one query, two searches, or one zoom per tag."""
+    oracle, family = task.assets["oracle"], task.metadata["family"]
+    if family.startswith("sql"):
+        return f"<sql>{oracle['query']}</sql>" if step == 0 else None
+    if family == "search_days":
+        return f"<search>{oracle['queries'][step]}</search>" if step < 2 else None
+    if step >= len(oracle["targets"]):
+        return None
+    width, height = task.assets["image_size"]
+    box = union_box([oracle["targets"][step]], width, height, ZOOM_MARGIN)
+    call = {"name": "zoom", "arguments": {"bbox": list(box), "image": 0}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def _fact_calls(task: Task) -> int:
     family = task.metadata["family"]
-    if family == "sql_lcm":
-        return f"<sql>{oracle['query']}</sql>"
-    if family == "sql_digit_sum":
-        return f"<sql>{oracle['query']}</sql>"
-    return f"<search>{oracle['queries'][0]}</search>"
+    return 1 if family.startswith("sql") else 2
 
 
 def _sql_values(content: str) -> list[str]:
@@ -144,17 +167,14 @@ class MultiOracle(OraclePolicy):
 
     def next_action(self, observation: str, info: Mapping[str, Any]) -> str:
         task, family = self.task, self.task.metadata["family"]
-        oracle = task.assets["oracle"]
         message = str((info.get("message") or {}).get("content", ""))
         if self.turn > 0:
             self.seen.append(message)
-        if self.turn == 0:
-            return _facts_query(task)
-        if family == "search_days" and self.turn == 1:
-            return f"<search>{oracle['queries'][1]}</search>"
-        python_turn = 1 if family != "search_days" else 2
-        if self.turn == python_turn:
-            return f"<python>\n{self._code(family, oracle)}\n</python>"
+        call = _fact_call(task, self.turn)
+        if call is not None:
+            return call
+        if self.turn == _fact_calls(task):
+            return f"<python>\n{self._code(family, task.assets['oracle'])}\n</python>"
         lines = [line for line in message.splitlines() if line.strip()]
         return f"<answer>{lines[-1].strip() if lines else ''}</answer>"
 
@@ -165,6 +185,10 @@ class MultiOracle(OraclePolicy):
         if family == "sql_digit_sum":
             (total,) = _sql_values(self.seen[0])[:1] or ["0"]
             return oracle["code"].replace("TOTAL", total)
+        if family == "crop_product":  # the numbers are read by looking: only if both zooms worked
+            zoomed = sum("Image" in seen and "pixels" in seen for seen in self.seen) == 2
+            a, b = oracle["numbers"] if zoomed else (0, 0)
+            return oracle["code"].replace("A", str(a)).replace("B", str(b))
         found = all(title in "".join(self.seen) for title in oracle["gold_titles"])
         years = oracle["years"] if found else [0, 0]
         return oracle["code"].replace("YEARS", repr(list(years)))
@@ -186,7 +210,7 @@ class MultiFactsOnlyPolicy(OraclePolicy):
 
     It computes the way a model without an interpreter might: the largest
     price for an LCM, the digit sum of the dollar amount's digits without
-    the cents' rounding, and 365 days a year.
+    the cents' rounding, 365 days a year, a product of factors rounded to tens.
     """
 
     def reset(self, task: Task) -> None:
@@ -197,8 +221,12 @@ class MultiFactsOnlyPolicy(OraclePolicy):
         family = self.task.metadata["family"]
         if self.turn > 0:
             self.seen.append(str((info.get("message") or {}).get("content", "")))
-        if self.turn == 0:
-            return _facts_query(self.task)
+        call = _fact_call(self.task, self.turn)
+        if call is not None:
+            return call
+        if family == "crop_product":  # rounds each factor to 10s, as a quick mental product
+            a, b = self.task.assets["oracle"]["numbers"]
+            return f"<answer>{round(a, -1) * round(b, -1)}</answer>"
         if family == "sql_lcm":
             cents = [
                 round(float(v) * 100) for v in _sql_values(self.seen[0]) if _NUMBER.fullmatch(v)

@@ -10,6 +10,10 @@
   each retrievable by its sentence); *how many days are there from 1 January
   of the earlier year to 1 January of the later one?* The years are only in
   the corpus; the calendar arithmetic (leap years) is Python's.
+- ``crop_product`` (crop/zoom, then Python): a large cluttered scene (VT-Visual-v0's
+  canvas) with two small tags, each showing a 3-digit number in 9-12 px
+  type; *what is the product of the two numbers?* Reading them takes a zoom
+  (for a vision-language policy); the 5-6 digit product, Python.
 
 Golds are computed at generation (the SQL families read the database
 read-only); ``assets`` hold the privileged facts the oracle uses (the
@@ -34,9 +38,9 @@ import numpy as np
 from vt_envs.core.task import SPLITS, GeneratedTasks, Task, TaskSource
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["FAMILIES", "multi_tasks"]
+__all__ = ["FAMILIES", "images_of_task", "multi_tasks", "number_scene"]
 
-FAMILIES = ("sql_lcm", "sql_digit_sum", "search_days")
+FAMILIES = ("sql_lcm", "sql_digit_sum", "search_days", "crop_product")
 _TEST_BUCKETS = 8
 
 
@@ -170,6 +174,60 @@ def _search_days(facts: Sequence[Task], db_path: str, split: str, k: int) -> Tas
     )
 
 
+@lru_cache(maxsize=32)
+def number_scene(seed: int) -> tuple[np.ndarray, tuple[int, int], tuple[tuple[int, ...], ...]]:
+    """The ``crop_product`` scene of ``seed``: ``(image, the two numbers, their boxes)``."""
+    from vt_envs.domains.visual.ops import as_image_array
+    from vt_envs.domains.visual.scenes import _canvas, _font, _free_spot
+
+    rng = np.random.default_rng([10, seed])
+    image, draw = _canvas(rng)
+    width, height = image.size
+    numbers = tuple(int(n) for n in rng.integers(100, 1000, size=2))
+    boxes, taken = [], []
+    for number in numbers:
+        font = _font(int(rng.integers(9, 13)))
+        left, top, right, bottom = draw.textbbox((0, 0), str(number), font=font)
+        box = _free_spot(
+            rng, (right - left + 8, bottom - top + 8), (16, 16, width - 16, height - 16), taken
+        )
+        draw.rectangle(
+            (box[0], box[1], box[2] - 1, box[3] - 1), fill=(255, 255, 255), outline=(0, 0, 0)
+        )
+        draw.text((box[0] + 4 - left, box[1] + 4 - top), str(number), fill=(0, 0, 0), font=font)
+        boxes.append(box)
+    return as_image_array(image), numbers, tuple(boxes)
+
+
+def _crop_product(db_path: str, split: str, k: int) -> Task:
+    seed = 2 * k + (split == "test")  # the splits' scenes never coincide
+    image, (a, b), boxes = number_scene(seed)
+    height, width = image.shape[:2]
+    prompt = (
+        f"<image>\n(Image 0: {width}x{height} pixels.)\nTwo small white tags with a black "
+        "border each show a 3-digit number. What is the product of the two numbers?"
+    )
+    return _task(
+        "crop_product",
+        split,
+        k,
+        prompt,
+        str(a * b),
+        db_path,
+        targets=[list(box) for box in boxes],
+        numbers=[a, b],
+        code="print(A * B)",
+        needs=("zoom", "python"),
+        extra={"number_scene": seed, "image_size": [width, height]},
+    )
+
+
+def images_of_task(task: Task) -> tuple[np.ndarray, ...]:
+    """A VT-Multi task's images: its scene for ``crop_product``, none for the others."""
+    seed = task.assets.get("number_scene") if task.assets else None
+    return () if seed is None else (number_scene(int(seed))[0],)
+
+
 def _gold(task: Task) -> str:
     return str(task.gold[0] if isinstance(task.gold, (list, tuple)) else task.gold)
 
@@ -189,6 +247,7 @@ def _task(
     db_path: str,
     *,
     needs: tuple[str, str],
+    extra: dict[str, Any] | None = None,
     **oracle: Any,
 ) -> Task:
     return Task(
@@ -196,7 +255,7 @@ def _task(
         prompt=prompt,
         gold=gold,
         metadata={"family": family, "tools": list(needs)},
-        assets={"db_path": db_path, "db_id": "shop", "oracle": oracle},
+        assets={"db_path": db_path, "db_id": "shop", "oracle": oracle, **(extra or {})},
     )
 
 
@@ -225,6 +284,7 @@ def multi_tasks(
         "sql_lcm": lambda s, k: _sql_lcm(db_path, s, k),
         "sql_digit_sum": lambda s, k: _sql_digit_sum(db_path, s, k),
         "search_days": lambda s, k: _search_days(facts, db_path, s, k),
+        "crop_product": lambda s, k: _crop_product(db_path, s, k),
     }
     if "search_days" in names:
         facts.extend(_year_facts(search_tasks))
