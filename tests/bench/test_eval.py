@@ -183,3 +183,22 @@ def test_a_stripped_stop_string_is_restored():
     assert restore_stop("<answer>1</answer> then <lookup>2", stop) == (
         "<answer>1</answer> then <lookup>2</lookup>"
     )
+
+
+def test_a_mixture_is_evaluated_as_one_env_with_a_row_per_domain(tmp_path):
+    """`vt-bench eval mixture:A=w,B=w`: each episode played by its domain's policy, the
+    report's per-domain table (reward, accuracy, turns, tool calls, tool errors)."""
+    mixture = "mixture:VT-Lookup-v0=0.5,VT-Math-v0=0.5"
+    oracle = _eval(mixture, "--policy", "oracle", "--tasks", "8", "--out", str(tmp_path / "o"))
+    domains = oracle["envs"][mixture]["domains"]
+    assert set(domains) == {"VT-Lookup-v0", "VT-Math-v0"}
+    assert sum(d["episodes"] for d in domains.values()) == 8
+    for m in domains.values():
+        assert m["accuracy"] == 1.0 and m["tool_calls_per_episode"] >= 1
+    assert {r["domain"] for r in _records(tmp_path / "o")} == set(domains)
+    report = (tmp_path / "o" / "REPORT.md").read_text()
+    assert f"Per domain, `{mixture}`" in report and "| VT-Math-v0 |" in report
+    baseline = _eval(mixture, "--policy", "no-tool", "--tasks", "8", "--out", str(tmp_path / "b"))
+    assert all(d["accuracy"] == 0.0 for d in baseline["envs"][mixture]["domains"].values())
+    with pytest.raises(Exception, match="unknown env id 'VT-Nope-v0'"):
+        vt_bench(["eval", "mixture:VT-Nope-v0=1", "--policy", "oracle", "--out", str(tmp_path)])

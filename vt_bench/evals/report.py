@@ -70,6 +70,9 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             f"{t['mean_episode_s']:.2f} | {_counts(m['tool_usage'])} | "
             f"{_counts(m['tool_errors'])} | {_counts(m['truncations'])} | {m['errors']} |"
         )
+    for env_id, m in envs.items():
+        if m.get("domains"):
+            lines += ["", f"Per domain, `{env_id}`:", "", *_domain_table(m["domains"])]
     lines += ["", *(f"![{p[:-4]}]({p})" for p in PLOTS), ""]
     lines += [
         f"Machine: Python {platform.python_version()}, {platform.platform()}. Every rollout "
@@ -78,6 +81,23 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _domain_table(domains: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One row per domain of a mixture: reward, accuracy, turns, tool calls and errors."""
+    rows = [
+        "| domain | episodes | mean reward | accuracy | turns | tool calls/ep | tool errors | "
+        "tools used |",
+        "|---|---:|---|---|---:|---:|---:|---|",
+    ]
+    for domain, m in domains.items():
+        rows.append(
+            f"| {domain} | {m['episodes']} | {_interval(m, 'mean_reward')} | "
+            f"{_interval(m, 'accuracy')} | {m['mean_turns']:.2f} | "
+            f"{m['tool_calls_per_episode']:.2f} | {m['tool_error_rate']:.1%} | "
+            f"{_counts(m['tool_usage'])} |"
+        )
+    return rows
 
 
 def _counts(counts: Mapping[str, int]) -> str:

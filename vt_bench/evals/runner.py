@@ -198,6 +198,7 @@ async def _text_rollout(
     seed = rollout_seed(config.seed, index, -1)
     obs, info = await env.areset(seed=seed, options={"task_id": task_id})
     agent.start(obs, info, env.unwrapped.task)
+    domain = str(info.get("env_id") or env_id)  # a mixture's member, else the env itself
     transcript, turns, calls = [obs["text"]], [], []
     read, seen = len(obs["tokens"]), int(info["episode_tokens"])
     turn = 0
@@ -216,7 +217,7 @@ async def _text_rollout(
         agent.observe(obs, info)
     return _record(
         env_id, task_id, sample, config.seed, config.spec.label(), rollout_index=index,
-        reset_seed=seed,
+        reset_seed=seed, domain=domain,
         reward=reward, reward_parts=info.get("reward_parts"),
         verifier_parts=dict(info.get("verifier_parts") or {}),
         terminated=bool(terminated), truncated=bool(truncated),
@@ -237,7 +238,7 @@ async def _run_text(
     import gymnasium as gym
 
     width = min(config.concurrency, len(plan))
-    envs = [gym.make(env_id, **_env_kwargs(config)) for _ in range(width)]
+    envs = [make_env(env_id, wrapped=True, **_env_kwargs(config)) for _ in range(width)]
     free: asyncio.Queue[Any] = asyncio.Queue()
     for env in envs:
         free.put_nowait(env)
@@ -301,13 +302,12 @@ async def _run_tokens(
     engine: Any,
     on_record: Callable[[dict[str, Any]], None],
 ) -> None:
-    import vt_envs
     from vt_envs.core.vector import ToolVectorEnv
     from vt_train.engines.base import SamplingParams
     from vt_train.rollout import stream
 
     width = min(config.concurrency, len(missing))
-    venv = ToolVectorEnv([vt_envs.make(env_id, **_env_kwargs(config)) for _ in range(width)])
+    venv = ToolVectorEnv([make_env(env_id, **_env_kwargs(config)) for _ in range(width)])
     tokenizer = venv.envs[0].unwrapped.tokenizer
     sampling = SamplingParams(
         max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p
@@ -337,6 +337,7 @@ async def _run_tokens(
                     transcript=tokenizer.decode(t.input_ids), token_ids=list(t.input_ids),
                     rollout_index=index, reset_seed=rollout_seed(config.seed, index, -1),
                     elapsed_s=timing["generate_s"] + timing["step_s"],
+                    domain=str(t.metadata.get("env_id") or env_id),
                 )
             )  # fmt: skip
     finally:
@@ -372,11 +373,21 @@ def _env_kwargs(config: EvalConfig) -> dict[str, Any]:
 def _text_agents(config: EvalConfig, env_id: str) -> tuple[Callable[[Any], Any], Any]:
     """A factory of per-episode agents, and the client to close afterwards (or None)."""
     import vt_envs
+    from vt_envs.core.mixture import MixturePolicy, parse_mixture_id
 
     spec = config.spec
+    mixture = parse_mixture_id(env_id) is not None
     if spec.kind == "oracle":
+        if mixture:  # each episode played by its domain's oracle
+            return (lambda env: _ScriptedAgent(MixturePolicy(vt_envs.oracle_for))), None
         return (lambda env: _ScriptedAgent(vt_envs.oracle_for(env_id))), None
     if spec.kind == "no-tool":
+        if mixture:
+            return (
+                lambda env: _ScriptedAgent(
+                    MixturePolicy(lambda e: vt_envs.baseline_for(e, env.unwrapped.members[e]))
+                )
+            ), None
         return (lambda env: _ScriptedAgent(vt_envs.baseline_for(env_id, env))), None
     from vt_bench.evals.openai_api import ChatAgent, OpenAIClient
 
@@ -401,19 +412,33 @@ def _text_agents(config: EvalConfig, env_id: str) -> tuple[Callable[[Any], Any],
 
 def _resolve_ids(env_ids: Sequence[str]) -> list[str]:
     import vt_envs
+    from vt_envs.core.mixture import parse_mixture_id
 
     known = list(vt_envs.registered_envs())
     ids = known if list(env_ids) == ["all"] else list(env_ids)
     for env_id in ids:
-        if env_id not in known:
-            raise InvalidConfigError(f"unknown env id {env_id!r}; registered: {known}")
+        for member in parse_mixture_id(env_id) or [env_id]:
+            if member not in known:
+                raise InvalidConfigError(f"unknown env id {member!r}; registered: {known}")
     return ids
 
 
-def _plan_env(env_id: str, config: EvalConfig) -> list[str]:
-    import vt_envs
+def make_env(env_id: str, *, wrapped: bool = False, **kwargs: Any) -> Any:
+    """``vt_envs.make(env_id)`` (``gym.make`` if ``wrapped``), or the mixture a
+    ``mixture:ID=W,...`` id names (its members are raw envs)."""
+    import gymnasium as gym
 
-    env = vt_envs.make(env_id, **_env_kwargs(config))
+    import vt_envs
+    from vt_envs.core.mixture import parse_mixture_id
+
+    weights = parse_mixture_id(env_id)
+    if weights is not None:
+        return vt_envs.make_mixture(weights, **kwargs)
+    return gym.make(env_id, **kwargs) if wrapped else vt_envs.make(env_id, **kwargs)
+
+
+def _plan_env(env_id: str, config: EvalConfig) -> list[str]:
+    env = make_env(env_id, **_env_kwargs(config))
     try:
         return plan_tasks(env.tasks, config.tasks, config.seed)
     finally:
@@ -426,11 +451,15 @@ def summarize(records: Sequence[Mapping[str, Any]], config: EvalConfig) -> dict[
     for r in records:
         if r["env_id"] in by_env:
             by_env[r["env_id"]].append(r)
-    return {
-        "policy": config.spec.label(),
-        "config": asdict(config),
-        "envs": {env_id: summarize_env(rs) for env_id, rs in by_env.items()},
-    }
+    envs = {}
+    for env_id, rs in by_env.items():
+        envs[env_id] = summarize_env(rs)
+        domains: dict[str, list[Mapping[str, Any]]] = {}
+        for r in rs:
+            domains.setdefault(str(r.get("domain") or env_id), []).append(r)
+        if len(domains) > 1:  # a mixture: each domain's metrics too
+            envs[env_id]["domains"] = {d: summarize_env(domains[d]) for d in sorted(domains)}
+    return {"policy": config.spec.label(), "config": asdict(config), "envs": envs}
 
 
 def run_eval(

@@ -28,10 +28,21 @@ import gymnasium as gym
 import numpy as np
 
 from vt_envs.core.loop import run_sync
+from vt_envs.core.policy import Policy
 from vt_envs.core.task import Task, TaskSource
 from vt_envs.errors import InvalidConfigError, UnknownTaskError
 
-__all__ = ["MixtureEnv", "MixtureTasks", "check_weights"]
+__all__ = [
+    "MIXTURE_PREFIX",
+    "MixtureEnv",
+    "MixturePolicy",
+    "MixtureTasks",
+    "check_weights",
+    "parse_mixture_id",
+]
+
+#: How a mixture is named where an env id is expected (``vt-bench eval``).
+MIXTURE_PREFIX = "mixture:"
 
 
 def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
@@ -49,6 +60,54 @@ def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
     if total <= 0:
         raise InvalidConfigError(f"mixture weights must not all be 0, got {dict(weights)}")
     return {env_id: float(w) / total for env_id, w in weights.items()}
+
+
+def parse_mixture_id(spec: str) -> dict[str, float] | None:
+    """``"mixture:VT-Math-v0=0.4,VT-SQL-v0=0.6"`` -> its weights; ``None`` for a plain id.
+
+    A weight may be left out (``mixture:VT-Math-v0,VT-SQL-v0``: equal weights).
+    """
+    if not spec.startswith(MIXTURE_PREFIX):
+        return None
+    weights: dict[str, float] = {}
+    for part in spec[len(MIXTURE_PREFIX) :].split(","):
+        env_id, sep, weight = part.strip().partition("=")
+        try:
+            weights[env_id.strip()] = float(weight) if sep else 1.0
+        except ValueError:
+            raise InvalidConfigError(
+                f"mixture weight {weight!r} of {env_id!r} is not a number in {spec!r} "
+                "(write mixture:VT-Math-v0=0.4,VT-SQL-v0=0.6)"
+            ) from None
+    return check_weights(weights)
+
+
+class MixturePolicy(Policy):
+    """Plays each episode with the policy of the task's domain (``metadata["env_id"]``).
+
+    ``make_policy(env_id)`` builds one policy per domain (once, on first use):
+    ``MixturePolicy(vt_envs.oracle_for)`` is the mixture's oracle.
+    """
+
+    def __init__(self, make_policy: Any):
+        self.make_policy = make_policy
+        self.policies: dict[str, Policy] = {}
+        self.current: Policy | None = None
+
+    def reset(self, task: Task) -> None:
+        env_id = (task.metadata or {}).get("env_id")
+        if env_id is None:
+            raise InvalidConfigError(
+                f"task {task.id!r} names no domain (metadata['env_id']): not a mixture task"
+            )
+        if env_id not in self.policies:
+            self.policies[env_id] = self.make_policy(env_id)
+        self.current = self.policies[env_id]
+        self.current.reset(task)
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        assert self.current is not None, "reset() first"
+        return self.current.act(observation, info)
 
 
 class MixtureTasks(TaskSource):
