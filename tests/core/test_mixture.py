@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import vt_envs
-from vt_envs.core.mixture import MixtureTasks
+from vt_envs.core.mixture import MixturePolicy, MixtureTasks, parse_mixture_id
 from vt_envs.core.policy import run_episode
 from vt_envs.core.task import Task, TaskList
 from vt_envs.errors import InvalidConfigError, UnknownTaskError
@@ -68,13 +68,13 @@ def mixture():
 
 def test_every_episode_runs_in_its_member_and_the_oracles_solve_each_domain(mixture):
     seen = set()
+    policy = MixturePolicy(vt_envs.oracle_for)  # one policy for every episode, any domain
     for seed in range(8):
         obs, info = mixture.reset(seed=seed)
         env_id = info["env_id"]
         seen.add(env_id)
         assert info["task_id"].startswith(env_id + "/")
         assert mixture.observation_space.contains(obs)
-        policy = vt_envs.oracle_for(env_id)
         policy.reset(mixture.task)
         while True:
             obs, reward, terminated, truncated, info = mixture.step(policy.act(obs["text"], info))
@@ -150,3 +150,14 @@ def test_run_episode_and_gym_wrappers_see_the_mixture_as_an_env(mixture):
     )
     assert result.reward == 1.0
     assert isinstance(mixture, gym.Env)
+
+
+def test_mixture_ids_parse_with_and_without_weights():
+    assert parse_mixture_id("VT-Math-v0") is None
+    assert parse_mixture_id("mixture:VT-Math-v0=3,VT-SQL-v0=1") == {
+        "VT-Math-v0": 0.75,
+        "VT-SQL-v0": 0.25,
+    }
+    assert parse_mixture_id("mixture:A,B") == {"A": 0.5, "B": 0.5}
+    with pytest.raises(InvalidConfigError, match="not a number"):
+        parse_mixture_id("mixture:A=x")

@@ -235,7 +235,6 @@ async def _run_text(
     make_agent: Callable[[Any], Any],
     on_record: Callable[[dict[str, Any]], None],
 ) -> None:
-    import gymnasium as gym
 
     width = min(config.concurrency, len(plan))
     envs = [make_env(env_id, wrapped=True, **_env_kwargs(config)) for _ in range(width)]
