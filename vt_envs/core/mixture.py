@@ -314,6 +314,8 @@ class MixtureEnv(gym.Env):
     def __repr__(self) -> str:
         return f"<MixtureEnv {self.tasks.weights} size={len(self.tasks)}>"
 
+    __str__ = __repr__
+
     # -------------------------------------------------------------- helpers
 
     def _observation(self, obs: dict[str, Any]) -> dict[str, Any]:
