@@ -232,6 +232,13 @@ def make_mixture(
     unknown = sorted(set(per_id) - set(weights))
     if unknown:
         raise InvalidConfigError(f"env_kwargs names ids {unknown} that are not in the mixture")
+    for env_id, kwargs in [("every member", shared_kwargs), *per_id.items()]:
+        owned = sorted({"split", "tokenizer"} & set(kwargs))
+        if owned:
+            raise InvalidConfigError(
+                f"{owned} for {env_id} are the mixture's own (one split, one tokenizer for "
+                "all members): pass them to make_mixture / make_vec_mixture directly"
+            )
     tok = load_tokenizer(tokenizer)
     members: dict[str, Any] = {}
     try:

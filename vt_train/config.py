@@ -55,8 +55,9 @@ class EnvConfig:
             ``max_concurrency``.
         mixture: env id -> weight: train and evaluate one policy on several
             domains (``id`` is then ignored). Every sub-env can run any listed
-            id (:func:`vt_envs.make_vec_mixture`); tasks are drawn by weight
-            with the seed; metrics are also logged per domain
+            id (:func:`vt_envs.make_vec_mixture`); training tasks are drawn by
+            weight with ``seed``, held-out ones with seed 0 (every run is
+            scored on the same tasks); metrics are also logged per domain
             (``rollout/VT-Math-v0/accuracy``, ``eval/VT-SQL-v0/accuracy``...).
             ``kwargs`` then go to every member; ``member_kwargs`` (env id ->
             keywords) to one.
@@ -83,6 +84,14 @@ class EnvConfig:
             if self.backend != "local":
                 raise InvalidConfigError(
                     "env.mixture runs on env.backend='local' (the Ray backend builds one id)"
+                )
+            owned = sorted(
+                {"split", "tokenizer"} & {k for kw in self.member_kwargs.values() for k in kw}
+            )
+            if owned:
+                raise InvalidConfigError(
+                    f"env.member_kwargs may not set {owned}: the trainer gives every member "
+                    "the same split and the policy's tokenizer"
                 )
             stray = sorted(set(self.member_kwargs) - set(self.mixture))
             if stray:

@@ -14,8 +14,10 @@ The prefix positions' own hidden states are not returned: callers use the
 fast path only when no position they need lies in the prefix
 (``first_needed``). The fast path is taken only when it is exact and worth
 it: a text-only decoder, no padding inside the prefix, a prefix of at least
-:data:`MIN_PREFIX` tokens, more than one row, and a cache the model actually
-returns (Hugging Face turns the cache off under gradient checkpointing).
+:data:`MIN_PREFIX` tokens, more than one row, a cache the model actually
+returns (Hugging Face turns the cache off under gradient checkpointing), and
+rotary embeddings that do not depend on the sequence length (dynamic NTK and
+LongRoPE scaling take the plain path).
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ def decoder_hidden(
     """
     rows = input_ids.shape[0]
     checkpointed = decoder.training and getattr(decoder, "gradient_checkpointing", False)
-    usable = rows > 1 and not checkpointed  # HF returns no cache under checkpointing
+    # HF returns no cache under checkpointing; length-dependent RoPE would rotate the
+    # prefix (seen alone, shorter) with other frequencies than the whole row's
+    usable = rows > 1 and not checkpointed and not _length_dependent_rope(decoder)
     prefix = shared_prefix_length(input_ids, attention_mask, first_needed) if usable else 0
     if prefix >= MIN_PREFIX:
         head = decoder(input_ids=input_ids[:1, :prefix], use_cache=True)
@@ -74,6 +78,22 @@ def decoder_hidden(
             return rest.last_hidden_state, prefix
     full = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     return full.last_hidden_state, 0
+
+
+def _length_dependent_rope(decoder: nn.Module) -> bool:
+    """Whether the model's rotary frequencies depend on the sequence length (dynamic
+    NTK, LongRoPE): then a prefix run alone is not the prefix of the whole row."""
+    config = getattr(decoder, "config", None)
+    for name in ("rope_scaling", "rope_parameters"):
+        scaling = getattr(config, name, None)
+        if isinstance(scaling, dict):
+            kind = scaling.get("rope_type", scaling.get("type"))
+            if kind in _LENGTH_DEPENDENT_ROPE:
+                return True
+    return False
+
+
+_LENGTH_DEPENDENT_ROPE = frozenset({"dynamic", "longrope"})
 
 
 def first_selected(select: torch.Tensor) -> int:

@@ -20,7 +20,9 @@ Two recipes (``--env``):
   episodes) and copying what it printed always is.
 - ``lookup``: the ``VT-Lookup-v0`` sanity env (``make quickstart-lookup``).
 
-``--seeds 0 1 2`` runs the recipe once per seed (``OUT/seed{N}``) and writes
+The seed draws the tiny model's initial weights, the SFT episodes, guesses
+and batches, and the RL tasks and samples. ``--seeds 0 1 2`` runs the recipe
+once per seed (``OUT/seed{N}``) and writes
 ``OUT/SEEDS.md``, the table the README shows. The run directory holds the SFT
 model, the RL metrics (JSONL + TensorBoard), checkpoints, transcripts, the
 reward curve and ``REPORT.md``. With a fixed seed the numbers reproduce on the
@@ -124,6 +126,7 @@ def run_quickstart(
     Phase lengths default to the recipe's.
     """
     from vt_train.config import load_config
+    from vt_train.model import TinyModelConfig
     from vt_train.run_dir import plot_reward_curve
     from vt_train.sft import SFTConfig, SFTRunConfig, run_sft_command
     from vt_train.trainer import Trainer
@@ -136,6 +139,7 @@ def run_quickstart(
     start = time.perf_counter()
     sft = run_sft_command(
         SFTRunConfig(
+            model=TinyModelConfig(seed=seed),  # the seed also draws the initial weights
             sft=SFTConfig(
                 env_id=recipe.env_id,
                 env_kwargs=dict(recipe.env_kwargs),

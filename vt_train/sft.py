@@ -203,7 +203,17 @@ def _teacher(env_id: str, teacher: str | None) -> Policy:
             f"SFT teacher {teacher!r} cannot be imported ({error}); give 'module:Class' of "
             "a Policy, e.g. 'vt_envs.domains.math.oracle:MathCodePolicy'"
         ) from error
-    return policy_class()
+    try:
+        policy = policy_class() if isinstance(policy_class, type) else None
+    except TypeError:  # it needs arguments
+        policy = None
+    if not isinstance(policy, Policy):
+        raise InvalidConfigError(
+            f"SFT teacher {teacher!r} is not a Policy class that takes no arguments "
+            f"(got {policy_class!r}); give 'module:Class' of one, e.g. "
+            "'vt_envs.domains.math.oracle:MathCodePolicy'"
+        )
+    return policy
 
 
 def collate(examples: Sequence[SFTExample], pad_id: int) -> dict[str, torch.Tensor]:

@@ -271,15 +271,16 @@ class Trainer:
         if config.env.mixture:
             mixture = {
                 "env_kwargs": config.env.member_kwargs,
-                "seed": config.seed,
                 "tokenizer": self.tokenizer,
                 **env_kwargs,
             }
             self.train_env = vt_envs.make_vec_mixture(
-                config.env.mixture, batch, split="train", **mixture
+                config.env.mixture, batch, split="train", seed=config.seed, **mixture
             )
+            # the held-out draw does not follow the run's seed: every run is scored on
+            # the same tasks
             self.eval_env = vt_envs.make_vec_mixture(
-                config.env.mixture, eval_width, split=config.env.eval_split, **mixture
+                config.env.mixture, eval_width, split=config.env.eval_split, seed=0, **mixture
             )
         else:
             self.train_env = vt_envs.make_vec(

@@ -161,3 +161,53 @@ def test_mixture_ids_parse_with_and_without_weights():
     assert parse_mixture_id("mixture:A,B") == {"A": 0.5, "B": 0.5}
     with pytest.raises(InvalidConfigError, match="not a number"):
         parse_mixture_id("mixture:A=x")
+
+
+def test_switching_domains_ends_the_last_members_episode_and_its_sandbox(mixture):
+    math_task = next(
+        mixture.tasks[i] for i in range(50) if mixture.tasks[i].metadata["env_id"] == "VT-Math-v0"
+    )
+    lookup_task = next(
+        mixture.tasks[i] for i in range(50) if mixture.tasks[i].metadata["env_id"] == "VT-Lookup-v0"
+    )
+    mixture.reset(options={"task_id": math_task.id})
+    mixture.step("<python>print(1)</python>")  # the Math member's sandbox is running
+    math = mixture.members["VT-Math-v0"].unwrapped
+    process = math._live.sessions["python"].process
+    assert process is not None and process.alive
+    pool = math.tools["python"]._pool
+    assert process not in pool._ready  # the episode holds it
+    mixture.reset(options={"task_id": lookup_task.id})
+    # the Math episode ended: its session closed, its sandbox recycled for the next one
+    assert math._live.sessions == {} and process in pool._ready
+
+
+def test_render_modes_are_the_members_common_ones():
+    both = vt_envs.make_mixture({"VT-Visual-v0": 1, "VT-Lookup-v0": 1})
+    visual = vt_envs.make_mixture({"VT-Visual-v0": 1}, render_mode="rgb_array")
+    try:
+        assert both.metadata["render_modes"] == ["ansi"]
+        assert visual.metadata["render_modes"] == ["ansi", "rgb_array"]
+        visual.reset(seed=0)
+        assert visual.render().ndim == 3
+    finally:
+        both.close()
+        visual.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"env_kwargs": {"VT-Lookup-v0": {"split": "test"}}},
+        {"env_kwargs": {"VT-Lookup-v0": {"tokenizer": None}}},
+    ],
+)
+def test_the_mixtures_own_keywords_are_refused_per_member(kwargs):
+    with pytest.raises(InvalidConfigError, match="mixture's own"):
+        vt_envs.make_mixture({"VT-Lookup-v0": 1}, **kwargs)
+
+
+@pytest.mark.parametrize("spec", ["mixture:", "mixture:A=1,A=3", "mixture:A,,B"])
+def test_empty_or_repeated_mixture_ids_are_refused(spec):
+    with pytest.raises(InvalidConfigError, match="empty|repeated"):
+        parse_mixture_id(spec)

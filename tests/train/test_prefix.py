@@ -148,3 +148,14 @@ def _spy(function, calls):
         return result
 
     return spied
+
+
+@pytest.mark.parametrize("rope", [{"rope_type": "dynamic", "factor": 2.0}, {"type": "longrope"}])
+def test_length_dependent_rope_takes_the_plain_path(rope):
+    from types import SimpleNamespace
+
+    decoder = SimpleNamespace(config=SimpleNamespace(rope_scaling=rope), training=False)
+    assert prefix._length_dependent_rope(decoder)
+    assert not prefix._length_dependent_rope(
+        SimpleNamespace(config=SimpleNamespace(rope_scaling={"rope_type": "linear"}))
+    )

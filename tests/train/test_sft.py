@@ -158,3 +158,9 @@ def test_sft_and_its_evaluation_show_progress_bars(capsys):
     err = capsys.readouterr().err
     for bar in ("SFT episodes", "SFT steps", "SFT eval (greedy)"):
         assert bar in err
+
+
+@pytest.mark.parametrize("teacher", ["os:getcwd", "vt_envs.core.mixture:MixturePolicy"])
+def test_a_teacher_that_is_not_a_no_argument_policy_is_refused(teacher):
+    with pytest.raises(InvalidConfigError, match="not a Policy class"):
+        collect_sft_examples("VT-Lookup-v0", 1, teacher=teacher)

@@ -156,7 +156,10 @@ def test_importance_weights_scale_the_loss(tmp_path):
 @pytest.mark.parametrize(
     "option", ["optim.gradient_checkpointing=true", "optim.logprob_chunk_size=3"]
 )
-def test_memory_options_leave_the_update_unchanged(tmp_path, option):
+def test_memory_options_leave_the_update_unchanged(tmp_path, option, monkeypatch):
+    from vt_train import prefix
+
+    monkeypatch.setattr(prefix, "MIN_PREFIX", 10**9)  # one decoder pass per micro-batch
     played = make_trainer(tmp_path / "r").rollout()
     plain = make_trainer(tmp_path / "a")
     saving = make_trainer(tmp_path / "b", option)
@@ -171,6 +174,29 @@ def test_memory_options_leave_the_update_unchanged(tmp_path, option):
     # runs every layer again in the backward
     assert len(forwards) == (4 + 8 if "checkpointing" in option else 4 + 4)
     plain.close(), saving.close()
+
+
+def test_the_shared_prefix_forward_gives_the_plain_update(tmp_path, monkeypatch):
+    """Trainer.learn through the shared-prefix path (the Lookup rows share their system
+    prompt) and through the plain one: the same old logprobs, gradient and weights."""
+    from vt_train import prefix
+
+    played = make_trainer(tmp_path / "r").rollout()
+    calls = []
+    real = prefix.shared_prefix_length
+    monkeypatch.setattr(
+        prefix, "shared_prefix_length", lambda *a, **k: calls.append(real(*a, **k)) or calls[-1]
+    )
+    fast = make_trainer(tmp_path / "a")
+    b = fast.learn(copy.deepcopy(played))
+    assert calls and min(calls) >= prefix.MIN_PREFIX  # every micro-batch ran its prefix once
+    monkeypatch.setattr(prefix, "MIN_PREFIX", 10**9)
+    plain = make_trainer(tmp_path / "b")
+    a = plain.learn(played)
+    assert b["policy/grad_norm"] == pytest.approx(a["policy/grad_norm"], rel=1e-4)
+    for p, q in zip(plain.actor.module.parameters(), fast.actor.module.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+    plain.close(), fast.close()
 
 
 # -- tokenizers -------------------------------------------------------------------------

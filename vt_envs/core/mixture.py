@@ -72,8 +72,14 @@ def parse_mixture_id(spec: str) -> dict[str, float] | None:
     weights: dict[str, float] = {}
     for part in spec[len(MIXTURE_PREFIX) :].split(","):
         env_id, sep, weight = part.strip().partition("=")
+        env_id = env_id.strip()
+        if not env_id or env_id in weights:
+            raise InvalidConfigError(
+                f"{spec!r} names {'an empty' if not env_id else 'a repeated'} env id; write "
+                "each id once: mixture:VT-Math-v0=0.4,VT-SQL-v0=0.6"
+            )
         try:
-            weights[env_id.strip()] = float(weight) if sep else 1.0
+            weights[env_id] = float(weight) if sep else 1.0
         except ValueError:
             raise InvalidConfigError(
                 f"mixture weight {weight!r} of {env_id!r} is not a number in {spec!r} "
@@ -231,6 +237,8 @@ class MixtureEnv(gym.Env):
         self.action_space = first.action_space
         modes = {env.render_mode for env in raw.values()}
         self.render_mode = modes.pop() if len(modes) == 1 else None
+        common = set.intersection(*(set(env.metadata["render_modes"]) for env in raw.values()))
+        self.metadata = {**self.metadata, "render_modes": sorted(common)}
         self._active: str = first_id
 
     # ------------------------------------------------------------------ API
@@ -269,6 +277,8 @@ class MixtureEnv(gym.Env):
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
             env_id = task.metadata["env_id"]
         inner = dataclasses.replace(task, id=task.id.removeprefix(f"{env_id}/"))
+        if env_id != self._active:  # the last member's episode ends here, as a reset ends it
+            await self._abandon_member(self._active)
         self._active = env_id
         obs, info = await self.members[env_id].areset(seed=seed, options={**options, "task": inner})
         return self._observation(obs), self._info(info)
@@ -293,6 +303,16 @@ class MixtureEnv(gym.Env):
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         return run_sync(self.astep(action), method="step", async_method="astep")
+
+    async def _abandon_episode(self) -> None:
+        """End the running episode without a result (a vector env does this to a
+        sub-env whose step raised): the active member closes its sessions."""
+        await self._abandon_member(self._active)
+
+    async def _abandon_member(self, env_id: str) -> None:
+        abandon = getattr(self.members[env_id].unwrapped, "_abandon_episode", None)
+        if abandon is not None:
+            await abandon()
 
     def render(self) -> Any:
         return self.members[self._active].render()

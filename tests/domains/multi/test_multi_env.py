@@ -39,7 +39,7 @@ def test_the_oracle_needs_a_fact_tool_and_python_in_every_family(env):
         task = tasks[index]
         result = run_episode(env, vt_envs.oracle_for("VT-Multi-v0"), options={"task_id": task.id})
         assert result.reward == 1.0, (task.id, result.actions)
-        fact_tool = {"sql_lcm": "sql", "sql_digit_sum": "sql"}.get(
+        fact_tool = {"sql_lcm": "sql", "sql_product": "sql"}.get(
             task.metadata["family"], "search" if "search" in task.metadata["family"] else "zoom"
         )
         called = _tools_called(result)
@@ -67,21 +67,55 @@ def test_no_held_out_fact_is_a_training_fact():
             for i in range(n):
                 t = tasks[i]
                 if t.metadata["family"] == "sql_lcm":
-                    out.add(re.search(r"order (\d+)", t.prompt).group(0))
-                elif t.metadata["family"] == "sql_digit_sum":
+                    out.add(re.search(r"customer (\d+)", t.prompt).group(0))
+                elif t.metadata["family"] == "sql_product":
                     out.add(
                         re.search(
-                            r"of (\w+) products in orders placed in ([\w ]+),", t.prompt
+                            r"a (\w+) product in the orders placed in ([\w ]+),", t.prompt
                         ).groups()
                     )
-                else:
+                elif t.metadata["family"] == "search_days":
                     out.update(re.findall(r'\(from "([^"]+)"\)', t.prompt))
             return out
 
-        assert keys(train.tasks, 300).isdisjoint(keys(test.tasks, 150))
+        assert keys(train.tasks, 400).isdisjoint(keys(test.tasks, 300))
     finally:
         train.close()
         test.close()
+
+
+def test_no_task_repeats_in_a_split(env):
+    tasks = env.unwrapped.tasks
+    seen = set()
+    for i in range(len(tasks)):
+        t = tasks[i]
+        key = t.assets.get("number_scene", t.prompt)  # a crop task is its scene
+        assert (t.metadata["family"], key) not in seen, t.id
+        seen.add((t.metadata["family"], key))
+    assert len(tasks) == 300
+
+
+def test_sql_alone_cannot_finish_the_sql_families(env):
+    """The one-tool attack: DuckDB's own LCM / product over the group overflows 128 bits."""
+    tasks = env.unwrapped.tasks
+    for family, reduce in (("sql_lcm", "lcm(a, b)"), ("sql_product", "a * b")):
+        task = next(tasks[i] for i in range(len(tasks)) if tasks[i].metadata["family"] == family)
+        query = (
+            task.assets["oracle"]["query"]
+            .replace(
+                "SELECT i.unit_price",
+                "SELECT list_reduce(list(CAST(round(i.unit_price * 100) AS HUGEINT)), "
+                f"lambda a, b: {reduce})",
+            )
+            .replace(
+                "SELECT i.quantity * i.unit_price",
+                "SELECT list_reduce(list(CAST(round(i.quantity * i.unit_price * 100) AS HUGEINT)), "
+                f"lambda a, b: {reduce})",
+            )
+        )
+        env.reset(options={"task_id": task.id})
+        _, _, _, _, info = env.step(f"<sql>{query}</sql>")
+        assert not info["tool"]["ok"] and "out of range" in info["message"]["content"].lower()
 
 
 def test_families_select_and_validate():

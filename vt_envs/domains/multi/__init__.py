@@ -5,7 +5,8 @@ database, sandboxed), ``search`` (the Wikipedia-summary knowledge base of
 VT-Search-v0), ``crop`` and ``zoom`` (VT-Visual-v0's, on the task's image)
 and ``python`` (the sandboxed interpreter) — under one parser and one system
 prompt that describes them all. Each task needs a fact tool *and* Python: an
-LCM or a digit sum over values only the database holds, calendar arithmetic
+exact LCM or product (past DuckDB's 128-bit integers) over values only the
+database holds, calendar arithmetic
 over years only the corpus holds, or the product of two numbers printed too
 small to read without zooming (:mod:`vt_envs.domains.multi.tasks`). Tasks
 without an image have none (their observations' ``images`` are empty). The
@@ -13,14 +14,15 @@ reward is 1 when the integer answer equals the gold (:class:`~vt_envs.domains.ma
 
 Baselines: :class:`MultiNoToolPolicy` answers at once;
 :class:`MultiFactsOnlyPolicy` looks the facts up but computes without Python
-(an approximate mental step: the largest price, 365 days a year, the digit
-sum of the dollar amount). Both score low; :class:`MultiOracle` (fact tool,
+(an approximate step: the largest price, a floating-point product, 365 days
+a year, factors rounded to tens). Both score low; :class:`MultiOracle` (fact tool,
 then Python on what it returned) scores 1.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -73,7 +75,7 @@ def make_multi_env(
     Args:
         split: ``"train"`` (3,000 tasks) or ``"test"`` (300, held out).
         families: task families (:data:`FAMILIES`): ``sql_lcm``,
-            ``sql_digit_sum``, ``search_days``, ``crop_product``.
+            ``sql_product``, ``search_days``, ``crop_product``.
         size: at most this many tasks.
         retriever, top_k: the search tool's (as VT-Search-v0's).
         python_timeout_s, sql_timeout_s, isolation: the sandboxed tools'.
@@ -179,12 +181,9 @@ class MultiOracle(OraclePolicy):
         return f"<answer>{lines[-1].strip() if lines else ''}</answer>"
 
     def _code(self, family: str, oracle: Mapping[str, Any]) -> str:
-        if family == "sql_lcm":
-            prices = ", ".join(_sql_values(self.seen[0]))
-            return oracle["code"].replace("PRICES", f"[{prices}]")
-        if family == "sql_digit_sum":
-            (total,) = _sql_values(self.seen[0])[:1] or ["0"]
-            return oracle["code"].replace("TOTAL", total)
+        if family in ("sql_lcm", "sql_product"):  # the values the query's result showed
+            values = ", ".join(_sql_values(self.seen[0]))
+            return oracle["code"].replace("VALUES", f"[{values}]")
         if family == "crop_product":  # the numbers are read by looking: only if both zooms worked
             zoomed = sum("Image" in seen and "pixels" in seen for seen in self.seen) == 2
             a, b = oracle["numbers"] if zoomed else (0, 0)
@@ -208,9 +207,9 @@ class MultiNoToolPolicy(Policy):
 class MultiFactsOnlyPolicy(OraclePolicy):
     """The one-tool baseline: the oracle's fact lookup, then an answer without Python.
 
-    It computes the way a model without an interpreter might: the largest
-    price for an LCM, the digit sum of the dollar amount's digits without
-    the cents' rounding, 365 days a year, a product of factors rounded to tens.
+    It computes the way a model (or SQL) without an interpreter might: the
+    largest price for an LCM, a floating-point product, 365 days a year, a
+    product of factors rounded to tens.
     """
 
     def reset(self, task: Task) -> None:
@@ -227,14 +226,10 @@ class MultiFactsOnlyPolicy(OraclePolicy):
         if family == "crop_product":  # rounds each factor to 10s, as a quick mental product
             a, b = self.task.assets["oracle"]["numbers"]
             return f"<answer>{round(a, -1) * round(b, -1)}</answer>"
-        if family == "sql_lcm":
-            cents = [
-                round(float(v) * 100) for v in _sql_values(self.seen[0]) if _NUMBER.fullmatch(v)
-            ]
-            return f"<answer>{max(cents, default=0)}</answer>"
-        if family == "sql_digit_sum":
-            values = _sql_values(self.seen[0])
-            digits = values[0].split(".")[0] if values else "0"
-            return f"<answer>{sum(int(c) for c in digits if c.isdigit())}</answer>"
+        values = [float(v) for v in _sql_values(self.seen[0]) if _NUMBER.fullmatch(v)]
+        if family == "sql_lcm":  # the largest price: the LCM's lower bound
+            return f"<answer>{max((round(v * 100) for v in values), default=0)}</answer>"
+        if family == "sql_product":  # a floating-point product, as SQL's own would be
+            return f"<answer>{int(math.prod(v * 100 for v in values))}</answer>"
         years = self.task.assets["oracle"]["years"]
         return f"<answer>{365 * abs(years[0] - years[1])}</answer>"

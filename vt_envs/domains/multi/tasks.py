@@ -1,10 +1,13 @@
 """VT-Multi-v0's task families: each needs two different tools in one episode.
 
 - ``sql_lcm`` (SQL, then Python): *What is the least common multiple of the
-  unit prices, in cents, of the items of order 1234?* The prices are only in
-  the ``shop`` database; an LCM over a group is no SQL aggregate.
-- ``sql_digit_sum`` (SQL, then Python): *the sum of the decimal digits of the
-  total revenue, in cents, of the Books orders of March 2023.*
+  unit prices, in cents, of all items ordered by customer 43?* The prices are
+  only in the ``shop`` database; their LCM (8-40 prices: dozens of digits)
+  overflows DuckDB's 128-bit integers, so SQL alone cannot finish it.
+- ``sql_product`` (SQL, then Python): *the exact product of the line totals
+  (quantity times unit price, in cents) of the Books items ordered in March
+  2023* — 16-40 factors, over a hundred digits: exact only with Python's
+  integers (DuckDB's is a float).
 - ``search_days`` (search, then Python): two sentences of the Wikipedia
   summaries with a year blanked out (VT-Search-v0's ``year_cloze`` tasks,
   each retrievable by its sentence); *how many days are there from 1 January
@@ -17,11 +20,13 @@
 
 Golds are computed at generation (the SQL families read the database
 read-only); ``assets`` hold the privileged facts the oracle uses (the
-query, the years) next to what the tools need (``db_path``). Splits: an
-order (or a month of a category) is held out iff the SHA-256 of its key
+query, the years) next to what the tools need (``db_path``). Splits: a
+customer (or a month of a category) is held out iff the SHA-256 of its key
 falls in one bucket of eight; a search pair takes both sentences from
 VT-Search-v0's own split (held-out articles), so no test fact is a training
-fact.
+fact. No task repeats: each family draws its customers, category-months and
+sentence pairs without replacement (a seeded order), and the source
+interleaves the families until each runs out.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from vt_envs.errors import InvalidConfigError
 
 __all__ = ["FAMILIES", "images_of_task", "multi_tasks", "number_scene"]
 
-FAMILIES = ("sql_lcm", "sql_digit_sum", "search_days", "crop_product")
+FAMILIES = ("sql_lcm", "sql_product", "search_days", "crop_product")
 _TEST_BUCKETS = 8
 
 
@@ -60,72 +65,81 @@ def _shop_facts(db_path: str) -> dict[str, Any]:
     con = connect_readonly(db_path)
     try:
         items = con.execute(
-            "SELECT order_id, CAST(round(unit_price * 100) AS BIGINT) FROM order_items "
-            "ORDER BY order_id, product_id"
-        ).fetchall()
-        revenue = con.execute(
-            "SELECT p.category, strftime(o.order_date, '%Y-%m') AS month, "
-            "CAST(round(sum(i.quantity * i.unit_price) * 100) AS BIGINT) "
-            "FROM order_items i JOIN orders o USING (order_id) JOIN products p USING (product_id) "
-            "GROUP BY ALL ORDER BY 1, 2"
+            "SELECT o.customer_id, p.category, strftime(o.order_date, '%Y-%m'), i.quantity, "
+            "CAST(round(i.unit_price * 100) AS BIGINT) FROM order_items i "
+            "JOIN orders o USING (order_id) JOIN products p USING (product_id) "
+            "ORDER BY i.order_id, i.product_id"
         ).fetchall()
     finally:
         con.close()
     prices: dict[int, list[int]] = {}
-    for order_id, cents in items:
-        prices.setdefault(int(order_id), []).append(int(cents))
-    orders = sorted(o for o, p in prices.items() if 2 <= len(p) <= 4)
-    return {"prices": prices, "orders": orders, "revenue": [tuple(r) for r in revenue]}
+    totals: dict[tuple[str, str], list[int]] = {}
+    for customer, category, month, quantity, cents in items:
+        prices.setdefault(int(customer), []).append(int(cents))
+        totals.setdefault((str(category), str(month)), []).append(int(quantity) * int(cents))
+    # 8 values at least (an LCM or product SQL cannot finish), 40 at most (the SQL tool
+    # shows 50 rows: the agent sees every value)
+    return {
+        "prices": {c: p for c, p in prices.items() if 8 <= len(p) <= 40},
+        "totals": {k: t for k, t in totals.items() if 8 <= len(t) <= 40},
+    }
 
 
-def _sql_lcm(db_path: str, split: str, k: int) -> Task:
-    facts = _shop_facts(db_path)
-    orders = [o for o in facts["orders"] if _in_split(f"order/{o}", split)]
-    order = orders[int(np.random.default_rng([7, k]).integers(len(orders)))]
-    value = math.lcm(*facts["prices"][order])
-    query = f"SELECT unit_price FROM order_items WHERE order_id = {order}"
+def _pool(keys: Sequence[Any], split: str, key: Callable[[Any], str], seed: int) -> list[Any]:
+    """``split``'s keys in a seeded order (drawn without replacement)."""
+    mine = sorted(k for k in keys if _in_split(key(k), split))
+    order = np.random.default_rng([seed, split == "test"]).permutation(len(mine))
+    return [mine[int(i)] for i in order]
+
+
+def _sql_lcm(db_path: str, split: str, customer: int) -> Task:
+    value = math.lcm(*_shop_facts(db_path)["prices"][customer])
+    query = (
+        "SELECT i.unit_price FROM order_items i JOIN orders o USING (order_id) "
+        f"WHERE o.customer_id = {customer}"
+    )
     prompt = (
-        f"In the shop database, what is the least common multiple of the unit prices, "
-        f"in cents, of the items of order {order}? (A unit price of $12.34 is 1234 cents.)"
+        "In the shop database, what is the least common multiple of the unit prices, in "
+        f"cents, of all the items ordered by customer {customer}? (A unit price of $12.34 is "
+        "1234 cents.) Give the exact integer."
     )
     return _task(
         "sql_lcm",
         split,
-        k,
+        f"c{customer}",
         prompt,
         str(value),
         db_path,
         query=query,
-        code="import math\nprint(math.lcm(*[round(p * 100) for p in PRICES]))",
+        code="import math\nprint(math.lcm(*[round(p * 100) for p in VALUES]))",
         needs=("sql", "python"),
     )
 
 
-def _sql_digit_sum(db_path: str, split: str, k: int) -> Task:
-    facts = _shop_facts(db_path)
-    rows = [r for r in facts["revenue"] if _in_split(f"revenue/{r[0]}/{r[1]}", split)]
-    category, month, cents = rows[int(np.random.default_rng([8, k]).integers(len(rows)))]
+def _sql_product(db_path: str, split: str, key: tuple[str, str]) -> Task:
+    category, month = key
+    value = math.prod(_shop_facts(db_path)["totals"][key])
     year, mon = (int(x) for x in month.split("-"))
     when = datetime.date(year, mon, 1).strftime("%B %Y")
     query = (
-        "SELECT sum(i.quantity * i.unit_price) FROM order_items i JOIN orders o USING (order_id) "
+        "SELECT i.quantity * i.unit_price FROM order_items i JOIN orders o USING (order_id) "
         f"JOIN products p USING (product_id) WHERE p.category = '{category}' "
         f"AND strftime(o.order_date, '%Y-%m') = '{month}'"
     )
     prompt = (
-        f"In the shop database, take the total revenue (quantity times unit price, over all "
-        f"order items) of {category} products in orders placed in {when}, in cents. What is the "
-        "sum of its decimal digits?"
+        f"In the shop database, take every item of a {category} product in the orders placed "
+        f"in {when}, and its line total: quantity times unit price, in cents. What is the exact "
+        "product of all these line totals?"
     )
     return _task(
-        "sql_digit_sum",
+        "sql_product",
         split,
-        k,
+        f"{category}-{month}",
         prompt,
-        str(sum(int(c) for c in str(cents))),
+        str(value),
         db_path,
         query=query,
-        code="print(sum(int(c) for c in str(round(TOTAL * 100))))",
+        code="import math\nprint(math.prod(round(t * 100) for t in VALUES))",
         needs=("sql", "python"),
     )
 
@@ -141,13 +155,25 @@ def _year_facts(search_tasks: TaskSource) -> list[Task]:
     return facts
 
 
-def _search_days(facts: Sequence[Task], db_path: str, split: str, k: int) -> Task:
-    rng = np.random.default_rng([9, k])
-    while True:
-        a, b = (facts[int(i)] for i in rng.choice(len(facts), size=2, replace=False))
-        years = [int(_gold(a)), int(_gold(b))]
-        if years[0] != years[1]:
-            break
+def _year_pairs(facts: Sequence[Task], split: str, count: int) -> list[tuple[Task, Task]]:
+    """``count`` distinct pairs of sentences with different years, in a seeded order."""
+    rng = np.random.default_rng([9, split == "test"])
+    pairs: list[tuple[Task, Task]] = []
+    seen: set[tuple[int, int]] = set()
+    limit = len(facts) * (len(facts) - 1) // 2
+    while len(pairs) < count and len(seen) < limit:
+        i, j = sorted(int(x) for x in rng.choice(len(facts), size=2, replace=False))
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
+        if _gold(facts[i]) != _gold(facts[j]):
+            pairs.append((facts[i], facts[j]))
+    return pairs
+
+
+def _search_days(db_path: str, split: str, pair: tuple[Task, Task], k: int) -> Task:
+    a, b = pair
+    years = [int(_gold(a)), int(_gold(b))]
     first, second = (_sentence(t) for t in (a, b))
     lo, hi = sorted(years)
     days = (datetime.date(hi, 1, 1) - datetime.date(lo, 1, 1)).days
@@ -241,7 +267,7 @@ def _sentence(task: Task) -> str:
 def _task(
     family: str,
     split: str,
-    k: int,
+    k: int | str,
     prompt: str,
     gold: str,
     db_path: str,
@@ -262,16 +288,18 @@ def _task(
 def multi_tasks(
     split: str = "train",
     *,
-    search_tasks: TaskSource,
+    search_tasks: TaskSource | None,
     db_path: str,
     families: Sequence[str] = FAMILIES,
     size: int | None = None,
 ) -> GeneratedTasks:
     """The seeded task source of VT-Multi-v0 (train: 3,000 tasks; test: 300).
 
-    Index ``i`` is task ``i // n`` of family ``families[i % n]``. ``search_tasks``
-    is VT-Search-v0's source of the same split (its year sentences);
-    ``db_path`` the ``shop`` database.
+    The families take turns (index 0 is the first family's first task, index
+    1 the second family's, ...); a family whose customers, category-months or
+    sentence pairs run out drops out of the rotation. ``search_tasks`` is
+    VT-Search-v0's source of the same split (its year sentences); ``db_path``
+    the ``shop`` database.
     """
     if split not in SPLITS:
         raise InvalidConfigError(f"split must be one of {SPLITS}, got {split!r}")
@@ -279,24 +307,39 @@ def multi_tasks(
     unknown = [f for f in names if f not in FAMILIES]
     if unknown or not names:
         raise InvalidConfigError(f"families must be a non-empty list of {FAMILIES}, got {names}")
-    facts: list[Task] = []
-    builders: dict[str, Callable[[str, int], Task]] = {
-        "sql_lcm": lambda s, k: _sql_lcm(db_path, s, k),
-        "sql_digit_sum": lambda s, k: _sql_digit_sum(db_path, s, k),
-        "search_days": lambda s, k: _search_days(facts, db_path, s, k),
-        "crop_product": lambda s, k: _crop_product(db_path, s, k),
-    }
+    wanted = size or (3000 if split == "train" else 300)
+    shop = _shop_facts(db_path) if {"sql_lcm", "sql_product"} & set(names) else {}
+    pools: dict[str, Sequence[Any]] = {}
+    if "sql_lcm" in names:
+        pools["sql_lcm"] = _pool(list(shop["prices"]), split, lambda c: f"customer/{c}", 11)
+    if "sql_product" in names:
+        pools["sql_product"] = _pool(list(shop["totals"]), split, lambda k: f"sales/{k}", 12)
     if "search_days" in names:
-        facts.extend(_year_facts(search_tasks))
+        facts = _year_facts(search_tasks) if search_tasks is not None else []
         if len(facts) < 2:
             raise InvalidConfigError(
                 f"VT-Search-v0's {split} split has {len(facts)} year sentences; search_days "
                 "needs at least 2"
             )
+        pools["search_days"] = _year_pairs(facts, split, wanted)
+    if "crop_product" in names:
+        pools["crop_product"] = range(wanted)
+    order: list[tuple[str, int]] = []
+    for turn in range(wanted):
+        active = [f for f in names if turn < len(pools[f])]
+        if not active:
+            break
+        order.extend((f, turn) for f in active)
+    order = order[:wanted]
+    builders: dict[str, Callable[[str, int], Task]] = {
+        "sql_lcm": lambda s, k: _sql_lcm(db_path, s, pools["sql_lcm"][k]),
+        "sql_product": lambda s, k: _sql_product(db_path, s, pools["sql_product"][k]),
+        "search_days": lambda s, k: _search_days(db_path, s, pools["search_days"][k], k),
+        "crop_product": lambda s, k: _crop_product(db_path, s, k),
+    }
 
     def generate(split: str, index: int) -> Task:
-        family = names[index % len(names)]
-        return builders[family](split, index // len(names))
+        family, k = order[index]
+        return builders[family](split, k)
 
-    default = 3000 if split == "train" else 300
-    return GeneratedTasks(generate, size or default, name="multi", split=split)
+    return GeneratedTasks(generate, len(order), name="multi", split=split)

@@ -152,6 +152,8 @@ class ImageTool(Tool):
         index = arguments.get("image", len(session.images) - 1 if session.images else 0)
         if isinstance(index, bool) or not isinstance(index, int):
             raise BoxError(f"image must be an integer index, got {index!r}")
+        if not session.images:
+            raise BoxError("this task has no image: the image tools have nothing to work on")
         if not 0 <= index < len(session.images):
             raise BoxError(
                 f"there is no image {index}: this episode has images 0 to {len(session.images) - 1}"
