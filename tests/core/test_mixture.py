@@ -209,5 +209,5 @@ def test_the_mixtures_own_keywords_are_refused_per_member(kwargs):
 
 @pytest.mark.parametrize("spec", ["mixture:", "mixture:A=1,A=3", "mixture:A,,B"])
 def test_empty_or_repeated_mixture_ids_are_refused(spec):
-    with pytest.raises(InvalidConfigError, match="empty|repeated"):
+    with pytest.raises(InvalidConfigError, match=r"empty|repeated"):
         parse_mixture_id(spec)
