@@ -52,8 +52,11 @@ def check_weights(weights: Mapping[str, float]) -> dict[str, float]:
             f"a mixture needs a mapping env id -> weight, got {weights!r} "
             '(e.g. {"VT-Math-v0": 0.5, "VT-SQL-v0": 0.5})'
         )
-    bad = {k: v for k, v in weights.items() if not isinstance(v, (int, float)) or v < 0}
-    bad.update({k: v for k, v in weights.items() if isinstance(v, float) and not math.isfinite(v)})
+    bad = {
+        k: v
+        for k, v in weights.items()
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0
+    }
     if bad:
         raise InvalidConfigError(f"mixture weights must be finite numbers >= 0, got {bad}")
     total = float(sum(weights.values()))
