@@ -78,6 +78,7 @@ register_env(
     builder="vt_envs.domains.lookup:make_lookup_env",
     oracle="vt_envs.domains.lookup:LookupOracle",
     description="sanity: call `lookup` with the key from the prompt, answer its value",
+    client_kwargs=("split", "num_keys", "key_digits", "value_digits"),
 )
 register_env(
     "VT-Math-v0",
@@ -85,6 +86,7 @@ register_env(
     oracle="vt_envs.domains.math:MathOracle",
     baseline="vt_envs.domains.math.oracle:MathNoToolPolicy",
     description="math word/algebra problems with a sandboxed persistent Python interpreter",
+    client_kwargs=("split", "size", "families", "difficulty"),
 )
 register_env(
     "VT-Search-v0",
@@ -92,6 +94,7 @@ register_env(
     oracle="vt_envs.domains.search:SearchOracle",
     baseline="vt_envs.domains.search.oracle:NoSearchPolicy",
     description="retrieval QA: search an embedded FAISS (or BM25) index of Wikipedia, EM reward",
+    client_kwargs=("split", "size", "kinds"),
 )
 register_env(
     "VT-Visual-v0",
@@ -99,6 +102,7 @@ register_env(
     oracle="vt_envs.domains.visual:VisualOracle",
     baseline="vt_envs.domains.visual:NoToolPolicy",
     description="visual QA on large scenes with small targets: crop/zoom tools, images by index",
+    client_kwargs=("split", "size", "kinds", "multiple_choice", "bbox_format"),
 )
 register_env(
     "VT-SWE-v0",
@@ -106,12 +110,14 @@ register_env(
     oracle="vt_envs.domains.swe.oracle:SWEOracle",
     baseline="vt_envs.domains.swe.oracle:DoNothingPolicy",
     description="fix a bug in a repository with bash and an editor; hidden tests are the reward",
+    remote_tools=False,  # the hidden tests grade the working copy its tools changed
 )
 register_env(
     "VT-SQL-v0",
     builder="vt_envs.domains.sql:make_sql_env",
     oracle="vt_envs.domains.sql:SQLOracle",
     description="text-to-SQL on read-only DuckDB databases, execution-match reward",
+    client_kwargs=("split", "databases", "size_per_database"),
 )
 register_env(
     "VT-Multi-v0",
@@ -119,4 +125,5 @@ register_env(
     oracle="vt_envs.domains.multi:MultiOracle",
     baseline="vt_envs.domains.multi:MultiNoToolPolicy",
     description="two tools per task: SQL or search for the facts, then Python to compute",
+    client_kwargs=("split", "size", "families"),
 )

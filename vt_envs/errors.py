@@ -22,6 +22,7 @@ __all__ = [
     "SandboxUnavailableError",
     "SubEnvError",
     "TemplateError",
+    "ToolServerRefusedError",
     "UnknownKwargError",
     "UnknownNameError",
     "UnknownTaskError",
@@ -94,20 +95,29 @@ class UnknownTaskError(VTError, KeyError):
     """Raised when ``options["task_id"]`` names a task that the task source lacks."""
 
     def __init__(self, given: str, source: str, examples: Iterable[str]):
-        examples = list(examples)
-        super().__init__(
-            f"Task id {given!r} is not in task source {source!r}."
-            f"{did_you_mean(given, examples)} "
+        # The message (a "did you mean" over every id) is written only when read: a
+        # tool server that refuses an unknown id must not pay for it per request.
+        super().__init__(given, source)
+        self.given, self.source, self._examples = given, source, examples
+
+    def __str__(self) -> str:
+        examples = list(self._examples)
+        return (
+            f"Task id {self.given!r} is not in task source {self.source!r}."
+            f"{did_you_mean(self.given, examples)} "
             f"Example ids: {', '.join(examples[:5])}. Pass options={{'task': Task(...)}} "
             "to run a task that is not in the source."
         )
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
 
 class InvalidConfigError(VTError, ValueError):
     """Raised when a configuration value is out of range or inconsistent."""
+
+
+class ToolServerRefusedError(InvalidConfigError):
+    """Raised when a tool server refuses to open a session for a reason the client's
+    configuration causes (an env id, keyword, tool or task the server does not serve);
+    the message is the server's reason."""
 
 
 class TemplateError(VTError, ValueError):

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "oracle_for",
     "register_env",
     "registered_envs",
+    "registration_of",
 ]
 
 #: Keywords every env id accepts, forwarded to :class:`ToolEnv`.
@@ -62,6 +63,12 @@ class EnvRegistration:
         baseline: ``"module:Class"`` of a no-tool :class:`~vt_envs.core.policy.Policy`
             (answers without calling a tool); ``None``: ``AnswerAtOncePolicy``.
         kwargs: defaults passed to the builder (overridden by ``gym.make`` kwargs).
+        client_kwargs: the builder keywords that only choose *which tasks* run and
+            touch nothing on the host (no paths, sandbox settings or resource sizes):
+            what a ``vt-tool-server`` lets its clients set unless its operator says
+            otherwise (:mod:`vt_envs.server.config`).
+        remote_tools: whether the tools can run on a tool server (``False`` when the
+            verifier grades the state the tools changed, as VT-SWE-v0's does).
     """
 
     id: str
@@ -70,6 +77,8 @@ class EnvRegistration:
     description: str
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     baseline: str | None = None
+    client_kwargs: frozenset[str] = frozenset({"split"})
+    remote_tools: bool = True
 
 
 _REGISTRY: dict[str, EnvRegistration] = {}
@@ -113,12 +122,28 @@ def register_env(
     description: str,
     kwargs: Mapping[str, Any] | None = None,
     baseline: str | None = None,
+    client_kwargs: Iterable[str] = ("split",),
+    remote_tools: bool = True,
 ) -> EnvRegistration:
     """Register ``id`` with Gymnasium and VT's own table of builders and oracles.
 
-    Re-registering an id replaces it (as Gymnasium does, with its warning).
+    See :class:`EnvRegistration` for the arguments. Re-registering an id replaces
+    it (as Gymnasium does, with its warning).
     """
-    registration = EnvRegistration(id, builder, oracle, description, dict(kwargs or {}), baseline)
+    if isinstance(client_kwargs, str):
+        raise InvalidConfigError(
+            f"client_kwargs must be a list of keyword names, got the string {client_kwargs!r}"
+        )
+    registration = EnvRegistration(
+        id,
+        builder,
+        oracle,
+        description,
+        dict(kwargs or {}),
+        baseline,
+        frozenset(client_kwargs),
+        remote_tools,
+    )
     _REGISTRY[id] = registration
     gym.register(
         id=id,
@@ -132,6 +157,12 @@ def register_env(
 def registered_envs() -> dict[str, EnvRegistration]:
     """All VT env registrations, by id."""
     return dict(_REGISTRY)
+
+
+def registration_of(env_id: str) -> EnvRegistration:
+    """The registration of ``env_id`` (``vt_envs:`` prefix allowed); raises
+    :class:`~vt_envs.errors.UnknownNameError` with the known ids."""
+    return _lookup(env_id)
 
 
 def _lookup(env_id: str) -> EnvRegistration:

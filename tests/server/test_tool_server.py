@@ -18,10 +18,11 @@ import httpx
 import pytest
 
 import vt_envs
-from vt_envs.core.task import Task
 from vt_envs.errors import InvalidConfigError
 from vt_envs.server.app import Busy, ToolServer
 from vt_envs.server.client import attach_tool_server
+from vt_envs.server.config import ServerConfig
+from vt_envs.server.protocol import task_ref
 
 TOKEN = "s3cret-for-tests"
 
@@ -48,12 +49,14 @@ def _free(port: int) -> bool:
 class Server:
     """``vt-tool-server`` in a subprocess; ``url``, ``health(i)``, ``metrics(i)``."""
 
-    def __init__(self, workers: int = 2, lease_s: float = 60.0, max_inflight: int = 256):
+    def __init__(
+        self, workers: int = 2, lease_s: float = 60.0, max_inflight: int = 256, *extra: str
+    ):
         self.port = _ports(workers)
         self.workers = workers
         self.argv = [sys.executable, "-m", "vt_envs.server.cli", "--port", str(self.port),
                      "--workers", str(workers), "--lease-s", str(lease_s),
-                     "--max-inflight", str(max_inflight)]  # fmt: skip
+                     "--max-inflight", str(max_inflight), *extra]  # fmt: skip
         self.start()
 
     @property
@@ -70,7 +73,8 @@ class Server:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                return httpx.get(f"http://127.0.0.1:{self.port + i}/health", timeout=1).json()
+                return httpx.get(f"http://127.0.0.1:{self.port + i}/health", timeout=1,
+                                 headers={"Authorization": f"Bearer {TOKEN}"}).json()  # fmt: skip
             except httpx.HTTPError:
                 time.sleep(0.1)
         raise RuntimeError(f"worker {i} did not come up")
@@ -233,14 +237,13 @@ def test_an_abandoned_session_is_reaped_when_its_lease_ends():
 
 def test_calls_past_the_inflight_limit_are_refused_at_once():
     async def scenario():
-        server = ToolServer(max_inflight=1)
+        config = ServerConfig.build(["VT-Math-v0"], limits={"max_inflight": 1})
+        server = ToolServer(config, token=TOKEN)
         await server.start()
         env = vt_envs.make("VT-Math-v0", split="test")
         task = env.tasks[0]
-        from vt_envs.server.protocol import encode_task
-
         body = {"env_id": "VT-Math-v0", "env_kwargs": {"split": "test"}, "tool": "python",
-                "task": encode_task(task)}  # fmt: skip
+                "task": task_ref(task)}  # fmt: skip
         a = (await server.open({**body, "episode": "a"}))["session"]
         b = (await server.open({**body, "episode": "b"}))["session"]
         slow = asyncio.ensure_future(
@@ -267,8 +270,7 @@ def test_500_concurrent_sessions_get_their_own_answers(server):
 
     async def one(i: int):
         task = tasks[i % len(tasks)]
-        session = await tool.open_session(Task(f"t{i}", task.prompt, None, task.metadata,
-                                               task.assets), seed=i)  # fmt: skip
+        session = await tool.open_session(task, seed=i)
         key = task.metadata.get("key") or task.prompt.split("key ")[1].rstrip("?")
         result = await tool.call(session, {"key": key}, timeout_s=30)
         await tool.close_session(session)
@@ -312,12 +314,10 @@ def test_workers_are_reached_at_the_host_the_client_was_given(server):
 
 def test_a_call_racing_the_reaper_never_runs_on_a_closing_session():
     async def scenario():
-        server = ToolServer(lease_s=60)
+        server = ToolServer(ServerConfig.build(["VT-Math-v0"]), token=TOKEN)
         env = vt_envs.make("VT-Math-v0", split="test")
-        from vt_envs.server.protocol import encode_task
-
         body = {"env_id": "VT-Math-v0", "env_kwargs": {"split": "test"}, "tool": "python",
-                "task": encode_task(env.tasks[0])}  # fmt: skip
+                "task": task_ref(env.tasks[0])}  # fmt: skip
         a = (await server.open({**body, "episode": "a"}))["session"]
         b = (await server.open({**body, "episode": "b"}))["session"]
         tool = server.sessions[a].tool

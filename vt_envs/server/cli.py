@@ -1,7 +1,17 @@
-"""``vt-tool-server``: serve env tools over HTTP (see :mod:`vt_envs.server.app`).
+"""``vt-tool-server``: serve an operator's env tools over HTTP (see :mod:`vt_envs.server.app`).
 
-    vt-tool-server --port 8100 --workers 4            # loopback, ports 8100-8103
-    VT_TOOL_SERVER_TOKEN=... vt-tool-server --host 0.0.0.0 --port 8100
+    export VT_TOOL_SERVER_TOKEN=$(python -c "import secrets; print(secrets.token_hex(16))")
+    vt-tool-server --env VT-Math-v0 --env VT-SQL-v0 --workers 4   # loopback, ports 8100-8103
+    vt-tool-server --config tools.yaml --host 0.0.0.0 --port 8100
+
+The operator fixes what is served (``--env`` ids, or ``--config FILE``: env
+ids, the keywords that configure their tools, the keywords clients may
+choose, limits; :mod:`vt_envs.server.config`). Without either, every
+registered env id whose tools can be remote is served with its defaults.
+A token is required on every interface, loopback included: from
+``$VT_TOOL_SERVER_TOKEN`` or ``--token-file`` (never the command line, where
+other users could read it); ``--insecure-no-token`` serves without one, on
+loopback only, with a warning.
 
 With ``--workers N`` this process supervises N worker processes, one per port
 from ``--port`` up (each a uvicorn server of its own, so a tool that wedges a
@@ -9,23 +19,35 @@ process takes down one worker, not the service); a worker that dies is
 started again (``worker_restarts_total`` in its ``/metrics``). Every worker
 lists all of them at ``/v1/workers``; clients spread episodes over them and
 send each session's calls to the worker that opened it (sticky routing).
-The token is read from ``$VT_TOOL_SERVER_TOKEN`` (never from the command
-line, where other users could read it); binding beyond loopback requires one.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 __all__ = ["main", "serve_worker"]
 
 TOKEN_ENV = "VT_TOOL_SERVER_TOKEN"
+_LIMIT_FLAGS = {
+    "max_inflight": int,
+    "lease_s": float,
+    "max_sessions": int,
+    "max_sessions_per_client": int,
+    "max_body_bytes": int,
+    "read_timeout_s": float,
+    "max_connections": int,
+    "max_env_configs": int,
+    "shed_lag_s": float,
+}
 
 
 def _loopback(host: str) -> bool:
@@ -37,25 +59,107 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_file:
+        path = Path(args.token_file)
+        if path.stat().st_mode & 0o077:
+            raise SystemExit(
+                f"vt-tool-server: {path} is readable by other users; `chmod 600 {path}`"
+            )
+        token = path.read_text().strip()
+        if not token:
+            raise SystemExit(f"vt-tool-server: {path} is empty")
+        return token
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from vt_envs.errors import InvalidConfigError
+    from vt_envs.server.config import ServerConfig
+
+    try:
+        if args.config:
+            if args.env:
+                raise InvalidConfigError("give --config or --env, not both")
+            config = ServerConfig.load(args.config)
+        else:
+            config = ServerConfig.build(args.env or None, imports=args.imports)
+        given = {name: getattr(args, name) for name in _LIMIT_FLAGS}
+        given = {k: v for k, v in given.items() if v is not None}
+        if given:  # flags override the file's limits
+            config = dataclasses.replace(config, limits=dataclasses.replace(config.limits, **given))
+    except InvalidConfigError as exc:
+        raise SystemExit(f"vt-tool-server: {exc}") from None
+    return config
+
+
 def serve_worker(host: str, port: int, workers: list[str], args: argparse.Namespace) -> None:
     """Run one worker in this process until it is stopped."""
     import uvicorn
 
     from vt_envs.server.app import ToolServer, create_app
 
+    config = _config(args)
     server = ToolServer(
-        token=os.environ.get(TOKEN_ENV) or None,
-        max_inflight=args.max_inflight,
-        lease_s=args.lease_s,
+        config,
+        token=_token(args),
+        insecure_no_token=args.insecure_no_token,
         workers=workers,
         restarts=int(os.environ.get("VT_TOOL_SERVER_RESTARTS", "0")),
     )
+    limits = config.limits
     uvicorn.run(
         create_app(server), host=host, port=port, log_level=args.log_level, access_log=False,
+        http=_protocol(limits.read_timeout_s), limit_concurrency=limits.max_connections,
         # Longer than clients keep idle connections (2 s), so a client never reuses one the
         # server is closing (a ReadError that a non-idempotent call could not retry).
         timeout_keep_alive=30, timeout_graceful_shutdown=5,
     )  # fmt: skip
+
+
+def _protocol(read_timeout_s: float) -> type:
+    """uvicorn's h11 protocol with a deadline on request headers: a connection whose
+    next request's headers have not all arrived ``read_timeout_s`` after it opened (or
+    after its first byte) is closed. uvicorn itself only times out idle keep-alive
+    connections, so without this a client that trickles headers holds a connection
+    forever (slowloris)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadline(H11Protocol):
+        _header_timer: Any = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._in_request():
+                self._disarm()
+            elif self._header_timer is None:
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _in_request(self) -> bool:
+            return self.cycle is not None and not self.cycle.response_complete
+
+        def _arm(self) -> None:
+            self._header_timer = self.loop.call_later(read_timeout_s, self._expire)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _expire(self) -> None:
+            self._header_timer = None
+            if not self._in_request() and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderDeadline
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -63,36 +167,59 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     parser.add_argument("--port", type=int, default=8100, help="the first worker's port")
     parser.add_argument("--workers", type=int, default=1, help="worker processes")
-    parser.add_argument("--max-inflight", type=int, default=256, help="calls at once per worker")
-    parser.add_argument("--lease-s", type=float, default=300.0, help="idle session lifetime")
+    parser.add_argument("--config", help="the operator's config file (YAML or JSON)")
+    parser.add_argument("--env", action="append", metavar="ID",
+                        help="serve this env id with its defaults (repeatable)")  # fmt: skip
+    parser.add_argument("--import", dest="imports", action="append", default=[],
+                        metavar="MODULE", help="import it first (it registers ids)")  # fmt: skip
+    parser.add_argument("--token-file", help=f"read the token from this file (else ${TOKEN_ENV})")
+    parser.add_argument(
+        "--insecure-no-token",
+        action="store_true",
+        help="serve without a token (loopback only; any local user can call)",
+    )
+    for name, kind in _LIMIT_FLAGS.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None,
+                            help=f"limits.{name} (see vt_envs.server.config.Limits)")  # fmt: skip
     parser.add_argument("--log-level", default="warning")
     parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    if not _loopback(args.host) and not os.environ.get(TOKEN_ENV):
+    token = _token(args)
+    if token and args.insecure_no_token:
+        raise SystemExit("vt-tool-server: a token is set; drop --insecure-no-token")
+    if not token and not args.insecure_no_token:
         raise SystemExit(
-            f"vt-tool-server: binding {args.host} (beyond loopback) needs a token: set "
-            f"{TOKEN_ENV} in the server's and the clients' environment"
+            f"vt-tool-server: a token is required (clients send it as a bearer token): set "
+            f'{TOKEN_ENV}, e.g. `export {TOKEN_ENV}=$(python -c "import secrets; '
+            f"print(secrets.token_hex(16))\")`, in the server's and the clients' environment, "
+            "or pass --token-file; --insecure-no-token serves without one on loopback"
+        )
+    if args.insecure_no_token and not _loopback(args.host):
+        raise SystemExit(
+            f"vt-tool-server: --insecure-no-token binds loopback only, not {args.host}"
         )
     if args.workers < 1:
         raise SystemExit(f"vt-tool-server: --workers must be >= 1, got {args.workers}")
+    _config(args)  # refuse a bad config here, before any worker starts
+    if args.insecure_no_token and args.worker_index is None:
+        print("vt-tool-server: WARNING: serving without a token: every local user can run "
+              "calls", file=sys.stderr, flush=True)  # fmt: skip
     shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     urls = [f"http://{shown}:{args.port + i}" for i in range(args.workers)]
     if args.worker_index is not None or args.workers == 1:
         index = args.worker_index or 0
         serve_worker(args.host, args.port + index, urls, args)
         return 0
-    return _supervise(args, urls)
+    return _supervise(args, argv, urls)
 
 
-def _supervise(args: argparse.Namespace, urls: list[str]) -> int:
-    base = [sys.executable, "-m", "vt_envs.server.cli", "--host", args.host,
-            "--port", str(args.port), "--workers", str(args.workers),
-            "--max-inflight", str(args.max_inflight), "--lease-s", str(args.lease_s),
-            "--log-level", args.log_level]  # fmt: skip
+def _supervise(args: argparse.Namespace, argv: list[str], urls: list[str]) -> int:
+    base = [sys.executable, "-m", "vt_envs.server.cli", *argv]
     restarts = [0] * args.workers
 
     def spawn(i: int) -> subprocess.Popen:

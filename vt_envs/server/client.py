@@ -6,11 +6,21 @@ the env, its parser, verifier and the trainer do not change. A remote session
 is opened per episode and tool (keyed by a fresh episode id) on one of the
 server's workers (spread by episode; its calls stay on that worker).
 
-Nothing the service does raises into the episode or hangs it. Failures of
+What the server runs is its operator's (:mod:`vt_envs.server.config`): the
+client sends the env id, the keywords it was built with that choose its tasks
+(all but the tokenizer, ``ToolEnv``'s episode keywords and the tools'
+deadlines, which it applies per call: a client may shorten a deadline, never
+extend one), the task *by id* with a digest of its prompt, and the calls'
+arguments. A server that refuses that configuration (an env id, keyword,
+tool or task it does not serve) makes the reset raise
+:class:`~vt_envs.errors.ToolServerRefusedError` with the server's reason: it
+is the developer's to fix, not the agent's.
+
+Nothing else the service does raises into the episode or hangs it. Failures of
 the service become failed calls the agent reads, with
 ``info["tool"]["error"]`` one of :data:`~vt_envs.server.protocol.ERROR_KINDS`:
-unreachable, timeout, auth, busy, session lost (a restarted server), server
-error. Retries happen only where repeating cannot run a call twice: opening
+unreachable, timeout, auth, busy, full, session lost (a restarted server),
+server error. Retries happen only where repeating cannot run a call twice: opening
 and closing a session (idempotent per episode and tool), a call refused as
 busy (503: it did not run) or whose connection was refused (never sent), up
 to the call's deadline. Every request is bounded by the call's deadline plus
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import time
 import uuid
 import weakref
@@ -30,8 +41,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from vt_envs.core.tool import Tool, ToolResult
-from vt_envs.errors import InvalidConfigError
-from vt_envs.server.protocol import ERROR_KINDS, decode_result, encode_task
+from vt_envs.errors import InvalidConfigError, ToolServerRefusedError
+from vt_envs.server.protocol import ERROR_KINDS, decode_result, task_ref
 
 __all__ = ["RemoteTool", "ToolServerClient", "attach_tool_server"]
 
@@ -39,6 +50,7 @@ TOKEN_ENV = "VT_TOOL_SERVER_TOKEN"
 _BACKSTOP_LEAD_S = 0.25  # a call's request gives up this long before the env's backstop
 _OPEN_TIMEOUT_S = 120.0  # opening may build the env's tools on the server once
 _UNREACHABLE_S = 5.0  # how long a refused connection is retried (a worker restarting)
+_REFUSALS = (400, 403, 409, 413, 422)  # the request itself is wrong: repeating cannot help
 
 
 class _Failure(Exception):
@@ -46,9 +58,19 @@ class _Failure(Exception):
     (refused connection, 503), so it may be repeated; ``broken``: the connection broke
     mid-request, so only an idempotent request may be repeated."""
 
-    def __init__(self, kind: str, detail: str = "", *, unsent: bool = False, broken: bool = False):
+    def __init__(
+        self,
+        kind: str,
+        detail: str = "",
+        *,
+        unsent: bool = False,
+        broken: bool = False,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+    ):
         super().__init__(kind)
         self.kind, self.detail, self.unsent, self.broken = kind, detail, unsent, broken
+        self.status, self.retry_after_s = status, retry_after_s
 
 
 class ToolServerClient:
@@ -80,6 +102,9 @@ class ToolServerClient:
         self.shards, self.connections_per_shard = shards, connections_per_shard
         self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._workers: list[str] | None = None
+        # One /v1/workers request per loop, however many episodes open at once (500
+        # concurrent asks under load each waited past their own deadline).
+        self._asking: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _http(self, url: str) -> Any:
         import httpx
@@ -124,10 +149,13 @@ class ToolServerClient:
             raise _Failure("tool_server_auth")
         if reply.status_code == 404:
             raise _Failure("session_lost")
-        if reply.status_code == 503:
-            raise _Failure("tool_server_busy", unsent=True)
+        if reply.status_code in (429, 503):
+            kind = "tool_server_busy" if reply.status_code == 503 else "tool_server_full"
+            raise _Failure(kind, _reason(reply), unsent=True, status=reply.status_code,
+                           retry_after_s=_retry_after(reply))  # fmt: skip
         if reply.status_code >= 400:
-            raise _Failure("tool_server_error", f"HTTP {reply.status_code}: {reply.text[:300]}")
+            detail = f"HTTP {reply.status_code}: {_reason(reply)}"
+            raise _Failure("tool_server_error", detail, status=reply.status_code)
         try:
             answer = reply.json()
         except ValueError as exc:
@@ -136,18 +164,27 @@ class ToolServerClient:
             raise _Failure("tool_server_error", "the reply was not a JSON object")
         return answer
 
-    async def workers(self) -> list[str]:
+    async def workers(self, timeout_s: float = 10.0) -> list[str]:
         """The server's workers, at the host this client was given (a server bound to
-        ``0.0.0.0`` can only name its ports; the host it is reached at is the caller's)."""
-        if self._workers is None:
-            from urllib.parse import urlsplit
+        ``0.0.0.0`` can only name its ports; the host it is reached at is the caller's).
+        Asked once: concurrent callers share the one request."""
+        if self._workers is not None:
+            return self._workers
+        loop = asyncio.get_running_loop()
+        asking = self._asking.get(loop)
+        if asking is None or (asking.done() and asking.exception() is not None):
+            asking = self._asking[loop] = asyncio.ensure_future(self._ask_workers(timeout_s))
+        return await asyncio.shield(asking)
 
-            answer = await self.request("GET", f"{self.url}/v1/workers", None, 10.0)
-            given = urlsplit(self.url)
-            ports = [urlsplit(str(w)).port for w in answer.get("workers") or ()]
-            self._workers = [
-                f"{given.scheme}://{given.hostname}:{port}" for port in ports if port
-            ] or [self.url]
+    async def _ask_workers(self, timeout_s: float) -> list[str]:
+        from urllib.parse import urlsplit
+
+        answer = await self.request("GET", f"{self.url}/v1/workers", None, timeout_s)
+        given = urlsplit(self.url)
+        ports = [urlsplit(str(w)).port for w in answer.get("workers") or ()]
+        self._workers = [f"{given.scheme}://{given.hostname}:{port}" for port in ports if port] or [
+            self.url
+        ]
         return self._workers
 
     async def aclose(self) -> None:
@@ -177,16 +214,29 @@ class RemoteTool(Tool):
         self.grace_s = local.grace_s
 
     async def open_session(self, task: Any, *, seed: int = 0) -> _RemoteSession:
+        """Open the episode's session on a worker.
+
+        Raises:
+            ToolServerRefusedError: the server does not serve this env id, keyword, tool
+                or task (its reason is the message).
+        """
         episode = uuid.uuid4().hex
         body = {"episode": episode, "env_id": self.env_id, "env_kwargs": self.env_kwargs,
-                "tool": self.name, "task": encode_task(task), "seed": seed}  # fmt: skip
+                "tool": self.name, "task": task_ref(task), "seed": int(seed)}  # fmt: skip
         deadline = time.monotonic() + _OPEN_TIMEOUT_S
         try:
-            workers = await self.client.workers()
+            workers = await self.client.workers(_OPEN_TIMEOUT_S)
             worker = workers[int(episode, 16) % len(workers)]
-            answer = await self._retrying("POST", f"{worker}/v1/sessions", body, deadline)
+            answer = await self._retrying(
+                "POST", f"{worker}/v1/sessions", body, deadline, retry_full=False
+            )
             sid = str(answer["session"])
         except _Failure as failure:
+            if failure.status in _REFUSALS:
+                raise ToolServerRefusedError(
+                    f"the tool server at {self.client.url} refused {self.env_id}'s "
+                    f"{self.name} session: {failure.detail}"
+                ) from None
             # The episode goes on: every call on this session reports why it cannot run.
             return _RemoteSession(self.client.url, None, failure)
         except (KeyError, TypeError, ValueError) as exc:  # a reply that is not the protocol's
@@ -230,8 +280,10 @@ class RemoteTool(Tool):
         deadline: float,
         *,
         idempotent: bool = True,
+        retry_full: bool = True,
     ) -> dict[str, Any]:
-        """Send, repeating what cannot run twice (see the module docstring) until ``deadline``."""
+        """Send, repeating what cannot run twice (see the module docstring) until
+        ``deadline``; ``retry_full``: also repeat a 429 (no room for a session)."""
         delay, refused_since = 0.05, None
         while True:
             left = deadline - time.monotonic()
@@ -242,18 +294,42 @@ class RemoteTool(Tool):
             except _Failure as failure:
                 if not (failure.unsent or (failure.broken and idempotent)):
                     raise
+                if failure.kind == "tool_server_full" and not retry_full:
+                    raise
                 if failure.kind == "tool_server_unreachable":
                     refused_since = refused_since or time.monotonic()
                     if time.monotonic() - refused_since > _UNREACHABLE_S:
                         raise
-                if time.monotonic() + delay >= deadline:
+                # Jittered, so clients shed together do not come back together; no sooner
+                # than the server's Retry-After when that still fits the deadline.
+                wait = delay * random.uniform(0.5, 1.5)
+                if failure.retry_after_s and time.monotonic() + failure.retry_after_s < deadline:
+                    wait = max(wait, failure.retry_after_s * random.uniform(0.5, 1.0))
+                if time.monotonic() + wait >= deadline:
                     raise
-                await asyncio.sleep(delay)
+                await asyncio.sleep(wait)
                 delay = min(delay * 2, 1.0)
 
     async def aclose(self) -> None:
         await self.local.aclose()
         await self.client.aclose()
+
+
+def _reason(reply: Any) -> str:
+    """The server's ``{"error": reason}``, or the start of the body."""
+    try:
+        answer = reply.json()
+    except ValueError:
+        return reply.text[:300]
+    error = answer.get("error") if isinstance(answer, dict) else None
+    return str(error)[:1000] if error is not None else reply.text[:300]
+
+
+def _retry_after(reply: Any) -> float | None:
+    try:
+        return min(max(float(reply.headers.get("retry-after", "")), 0.0), 30.0)
+    except ValueError:
+        return None
 
 
 def _failed(name: str, failure: _Failure) -> ToolResult:
@@ -268,7 +344,10 @@ def attach_tool_server(
 ) -> Any:
     """Make ``env``'s tools :class:`RemoteTool` s of the server at ``url``; returns ``env``.
 
-    ``env_kwargs``: what the env was built with (the server builds the same tools).
+    ``env_kwargs``: what the env was built with. What is sent of it (see the module
+    docstring): every keyword but the tokenizer and processor, ``ToolEnv``'s own
+    episode keywords and the tools' deadlines (``*_timeout_s``); the server accepts
+    those its operator lets clients set.
 
     Raises:
         InvalidConfigError: the env's verifier reads its tools' state (VT-SWE-v0 grades
@@ -282,8 +361,15 @@ def attach_tool_server(
         )
     import json
 
-    # The server needs what decides the tools; the tokenizer only shapes the env's ids.
-    wanted = {k: v for k, v in env_kwargs.items() if k not in ("tokenizer", "processor")}
+    from vt_envs.registration import TOOL_ENV_KWARGS
+
+    # The server needs what chooses the tasks; the tokenizer and the episode keywords
+    # shape only this side, and deadlines travel with each call (capped by the server's).
+    wanted = {
+        k: v
+        for k, v in env_kwargs.items()
+        if k not in TOOL_ENV_KWARGS and not k.endswith("timeout_s")
+    }
     for key, value in wanted.items():
         try:
             json.dumps(value)

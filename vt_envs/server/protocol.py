@@ -1,18 +1,19 @@
 """What travels between :mod:`vt_envs.server.client` and :mod:`vt_envs.server.app`.
 
-JSON over HTTP. A task travels without its ``gold`` field (tools never need
-it): its id, prompt, metadata and assets (which may still hold what an oracle
-reads: the server is trusted with tasks), where paths become strings and
-images (``HxWx3 uint8`` arrays) become PNG, base64. A :class:`ToolResult` travels
-whole, its images as PNG too. Error kinds the client turns into
-observations are listed in :data:`ERROR_KINDS`.
+JSON over HTTP. A task travels as a *reference* (:func:`task_ref`): its id and
+a digest of its prompt. The server resolves the task in its own env's task
+source (the operator's data), so no asset, path or image in a request ever
+reaches a tool; the digest catches a client and a server built from
+different data. A :class:`ToolResult` travels whole, its images as PNG,
+base64, whose size is checked before they are decoded (:data:`MAX_IMAGE_PIXELS`).
+Error kinds the client turns into observations are listed in :data:`ERROR_KINDS`.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,10 +24,11 @@ from vt_envs.core.tool import ToolResult
 
 __all__ = [
     "ERROR_KINDS",
+    "MAX_IMAGE_PIXELS",
     "decode_result",
-    "decode_task",
     "encode_result",
-    "encode_task",
+    "prompt_digest",
+    "task_ref",
 ]
 
 #: ``ToolResult.error`` values the client produces for failures of the service itself.
@@ -38,7 +40,13 @@ ERROR_KINDS = {
     "session_lost": "the tool server no longer knows this episode's session (it restarted, "
     "or the session's lease expired); the tool's state for this episode is gone",
     "tool_server_error": "the tool server failed while running the call",
+    "tool_server_full": "the tool server has no room for another session (its operator "
+    "caps sessions in all and per client)",
 }
+
+#: The most pixels one image in a reply may have; checked from the PNG header, before
+#: decoding (a small PNG can decode to gigabytes).
+MAX_IMAGE_PIXELS = 64 << 20
 
 _IMAGE = "__vt_image_png__"
 
@@ -51,60 +59,31 @@ def _png(image: np.ndarray) -> dict[str, str]:
     return {_IMAGE: base64.b64encode(buffer.getvalue()).decode()}
 
 
-def _unpng(data: str) -> np.ndarray:
+def _unpng(data: Any) -> np.ndarray:
     from PIL import Image
 
-    array = np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB"))
+    if not isinstance(data, str):
+        raise ValueError("an image must be a base64 PNG string")
+    with Image.open(io.BytesIO(base64.b64decode(data, validate=True))) as image:
+        width, height = image.size  # from the header: nothing decoded yet
+        if image.format != "PNG" or width * height > MAX_IMAGE_PIXELS:
+            raise ValueError(
+                f"an image in the reply is {image.format} {width}x{height}; at most "
+                f"{MAX_IMAGE_PIXELS} pixels of PNG are accepted"
+            )
+        array = np.asarray(image.convert("RGB"))
     array.setflags(write=False)
     return array
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.ndarray) and value.ndim == 3:
-        return _png(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, np.generic):
-        return value.item()
-    return str(value)
+def prompt_digest(prompt: str) -> str:
+    """The digest a task reference carries of its prompt (sha256, hex)."""
+    return hashlib.sha256(prompt.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
-def _unjsonable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        if set(value) == {_IMAGE}:
-            return _unpng(value[_IMAGE])
-        return {k: _unjsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_unjsonable(v) for v in value]
-    return value
-
-
-def encode_task(task: Task) -> dict[str, Any]:
-    """``task`` as JSON, its gold left out."""
-    return {
-        "id": task.id,
-        "prompt": task.prompt,
-        "metadata": _jsonable(dict(task.metadata)),
-        "assets": _jsonable(dict(task.assets)),
-    }
-
-
-def decode_task(data: Mapping[str, Any]) -> Task:
-    return Task(
-        str(data["id"]),
-        str(data["prompt"]),
-        None,
-        _unjsonable(data.get("metadata") or {}),
-        _unjsonable(data.get("assets") or {}),
-    )
+def task_ref(task: Task) -> dict[str, str]:
+    """What a request says of ``task``: its id and its prompt's digest (nothing else)."""
+    return {"id": str(task.id), "prompt_sha256": prompt_digest(str(task.prompt))}
 
 
 def encode_result(result: ToolResult) -> dict[str, Any]:
