@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -41,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("bench_out"), help="directory for JSON")
 
 
+# The server's token: made per run, handed to the server and to this process's clients.
+_TOKEN = secrets.token_hex(16)
+
+
 def _start_server(workers: int) -> tuple[subprocess.Popen, str]:
     import httpx
 
@@ -49,8 +54,9 @@ def _start_server(workers: int) -> tuple[subprocess.Popen, str]:
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [sys.executable, "-m", "vt_envs.server.cli", "--port", str(port), "--workers",
-         str(workers), "--max-inflight", "1024"],
+         str(workers), "--max-inflight", "1024", "--env", "VT-Lookup-v0", "--env", "VT-Math-v0"],
         stdout=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "VT_TOOL_SERVER_TOKEN": _TOKEN},
     )  # fmt: skip
     deadline = time.monotonic() + 60
     for i in range(workers):
@@ -72,7 +78,8 @@ def _overhead(url: str, env_id: str, action: str, steps: int) -> dict[str, Any]:
     import vt_envs  # noqa: F401  (registers the ids)
 
     sides = {"local": gym.make(env_id, split="test"),
-             "remote": gym.make(env_id, split="test", tool_server=url)}  # fmt: skip
+             "remote": gym.make(env_id, split="test", tool_server=url,
+                                tool_server_token=_TOKEN)}  # fmt: skip
     times: dict[str, list[float]] = {"local": [], "remote": []}
     try:
         for env in sides.values():
@@ -101,15 +108,14 @@ def _overhead(url: str, env_id: str, action: str, steps: int) -> dict[str, Any]:
 
 async def _throughput(url: str, calls: int, inflight: int) -> dict[str, Any]:
     import vt_envs
-    from vt_envs.core.task import Task
     from vt_envs.server.client import attach_tool_server
 
     env = vt_envs.make("VT-Lookup-v0", split="test")
-    attach_tool_server(env, url, env_id="VT-Lookup-v0", env_kwargs={"split": "test"})
+    attach_tool_server(env, url, env_id="VT-Lookup-v0", env_kwargs={"split": "test"}, token=_TOKEN)
     tool, task = env.tools["lookup"], env.tasks[0]
     try:
         sessions = await asyncio.gather(*(
-            tool.open_session(Task(f"bench-{i}", task.prompt, None, task.metadata, task.assets))
+            tool.open_session(task, seed=i)  # one session per episode id, same task
             for i in range(inflight)
         ))  # fmt: skip
         per_session = max(calls // inflight, 1)

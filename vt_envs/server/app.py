@@ -150,7 +150,8 @@ class ToolServer:
         self.started = time.time()
         self.sessions: dict[str, _Session] = {}
         self._by_key: dict[tuple[str, str], str] = {}
-        self._per_client: Counter = Counter()
+        self._per_client: Counter = Counter()  # client address -> sessions (and opening)
+        self._opening = 0  # sessions being opened now
         self._toolsets: dict[str, Any] = {}  # config key -> built env (its tools)
         self._building: dict[str, asyncio.Lock] = {}
         self._ids = itertools.count()
@@ -259,22 +260,33 @@ class ToolServer:
             session = self.sessions[self._by_key[key]]
             session.expires = time.monotonic() + self.lease_s
             return {"session": session.id, "lease_s": self.lease_s}
-        self._check_room(client)
+        # What is malformed or not served is refused before capacity is even looked at.
         served = self.config.served(body.get("env_id"))
         if served.tools is not None and key[1] not in served.tools:
             raise Refused(403, f"this server serves {sorted(served.tools)} of {served.id}, "
                                f"not {key[1]!r}")  # fmt: skip
-        env = await self._toolset(served.id, served.build_kwargs(body.get("env_kwargs")))
-        tool = env.tools.get(key[1])
-        if tool is None:
-            raise Refused(403, f"{served.id} has no tool {key[1]!r}; it has {sorted(env.tools)}")
-        task = await self._task(env, served.id, body.get("task"))
+        kwargs = served.build_kwargs(body.get("env_kwargs"))
+        ref = _task_ref(body.get("task"))
         seed = body.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise Refused(400, f"seed must be an integer, got {seed!r:.40}")
+        self._check_room(client)
+        env = await self._toolset(served.id, kwargs)
+        tool = env.tools.get(key[1])
+        if tool is None:
+            raise Refused(403, f"{served.id} has no tool {key[1]!r}; it has {sorted(env.tools)}")
+        task = await self._task(env, served.id, ref)
         self._check_room(client)  # again: other opens may have filled it meanwhile
-        state = await tool.open_session(task, seed=seed)
+        self._opening += 1  # a slot held while the session opens, so concurrent opens
+        self._per_client[client] += 1  # cannot all pass the check and overfill the caps
+        try:
+            state = await tool.open_session(task, seed=seed)
+        except BaseException:
+            self._release_slot(client)
+            raise
+        self._opening -= 1
         if key in self._by_key and self._by_key[key] in self.sessions:  # opened meanwhile
+            self._release_slot(client, opening=False)
             await tool.close_session(state)
             return {"session": self._by_key[key], "lease_s": self.lease_s}
         sid = f"{next(self._ids)}-{secrets.token_hex(8)}"
@@ -282,13 +294,18 @@ class ToolServer:
         expires = time.monotonic() + self.lease_s
         self.sessions[sid] = _Session(sid, key, tool, state, expires, lock, client)
         self._by_key[key] = sid
-        self._per_client[client] += 1
         self.metrics.opened += 1
         return {"session": sid, "lease_s": self.lease_s}
 
+    def _release_slot(self, client: str, *, opening: bool = True) -> None:
+        self._opening -= opening
+        self._per_client[client] -= 1
+        if self._per_client[client] <= 0:
+            del self._per_client[client]
+
     def _check_room(self, client: str) -> None:
         limits = self.limits
-        if len(self.sessions) >= limits.max_sessions:
+        if len(self.sessions) + self._opening >= limits.max_sessions:
             raise Refused(429, f"this server holds its most sessions ({limits.max_sessions})",
                           retry_after_s=5.0)  # fmt: skip
         if self._per_client[client] >= limits.max_sessions_per_client:
@@ -299,15 +316,9 @@ class ToolServer:
                 retry_after_s=5.0,
             )
 
-    async def _task(self, env: Any, env_id: str, ref: Any) -> Any:
+    async def _task(self, env: Any, env_id: str, ref: Mapping[str, str]) -> Any:
         """The task ``ref`` names, from ``env``'s own task source (never the client's)."""
-        if not isinstance(ref, Mapping) or set(ref) != {"id", "prompt_sha256"}:
-            raise Refused(
-                400,
-                "task must be a reference {id, prompt_sha256}: the server runs the tasks of "
-                "its own task sources, never assets or paths a client sends",
-            )
-        task_id = _name(ref, "id")
+        task_id = ref["id"]
         try:
             # Off the loop: the first lookup of an id may index the whole source.
             task = await asyncio.to_thread(env.tasks.get, task_id)
@@ -419,9 +430,7 @@ class ToolServer:
         if self.sessions.pop(session.id, None) is None:
             return False
         self._by_key.pop(session.key, None)
-        self._per_client[session.client] -= 1
-        if self._per_client[session.client] <= 0:
-            del self._per_client[session.client]
+        self._release_slot(session.client, opening=False)
         return True
 
     async def _release(self, session: _Session) -> None:
@@ -496,6 +505,19 @@ def _name(body: Mapping[str, Any], key: str) -> str:
     if not isinstance(value, str) or not 0 < len(value) <= _MAX_ID_CHARS:
         raise Refused(400, f"{key} must be a string of 1 to {_MAX_ID_CHARS} characters")
     return value
+
+
+def _task_ref(ref: Any) -> Mapping[str, str]:
+    if not isinstance(ref, Mapping) or set(ref) != {"id", "prompt_sha256"}:
+        raise Refused(
+            400,
+            "task must be a reference {id, prompt_sha256}: the server runs the tasks of "
+            "its own task sources, never assets or paths a client sends",
+        )
+    _name(ref, "id")
+    if not isinstance(ref["prompt_sha256"], str) or len(ref["prompt_sha256"]) != 64:
+        raise Refused(400, "task.prompt_sha256 must be a sha256 hex digest")
+    return ref
 
 
 def _deadline(value: Any) -> float:
