@@ -227,3 +227,102 @@ async def test_bytes_left_in_the_request_pipe_are_dropped_at_recycling():
         await tool.close_session(following)
     finally:
         await tool.aclose()
+
+
+# Everything of the work dir a next episode can read besides its contents: type and mode
+# bits, owner, extended attributes (POSIX ACLs among them), inode flags, and what a new
+# file gets from them (a default ACL or a setgid bit reaches it).
+DESCRIBE_WORKDIR = r"""
+import fcntl, os, struct
+def flags(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return struct.unpack("<i", fcntl.ioctl(fd, 0x80086601, bytes(8))[:4])[0]
+    except OSError as exc:
+        return exc.errno
+    finally:
+        os.close(fd)
+def describe(path):
+    st = os.stat(path)
+    return (oct(st.st_mode), st.st_uid, st.st_gid, flags(path),
+            [(n, os.getxattr(path, n)) for n in sorted(os.listxattr(path))])
+try:
+    open("probe", "w").close()
+    made = describe("probe")
+    os.unlink("probe")
+except OSError as exc:
+    made = type(exc).__name__
+print(describe("."), made, os.listdir("."))
+"""
+
+# Marks the work dir every way an unprivileged owner can, leaving no file behind
+# (a file would be removed, whatever it carries).
+MARK_WORKDIR = r"""
+import fcntl, os, struct
+os.setxattr(".", "user.vt", b"episode-k")
+entry = lambda tag: struct.pack("<HHI", tag, 7, 0xFFFFFFFF)
+acl = struct.pack("<I", 2) + entry(1) + entry(4) + entry(0x20)  # default ACL: rwx for all
+os.setxattr(".", "system.posix_acl_default", acl)
+fd = os.open(".", os.O_RDONLY)
+try:  # chattr +d +A (nodump, noatime), where the file system has inode flags
+    fcntl.ioctl(fd, 0x40086602, struct.pack("<i", 0x40 | 0x80) + bytes(4))
+except OSError:
+    pass
+os.close(fd)
+os.chmod(".", 0o2555)  # setgid, and nobody may write into it
+print(sorted(os.listxattr(".")), oct(os.stat(".").st_mode))
+"""
+
+
+def test_a_recycled_work_dir_has_the_metadata_of_a_fresh_one(env):
+    fresh = gym.make("VT-Math-v0", split="test", recycle=False)
+    fresh.reset(seed=1)
+    expected = _text(fresh.step(f"<python>{DESCRIBE_WORKDIR}</python>")[4]).strip()
+    fresh.close()
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(f"<python>{MARK_WORKDIR}</python>")
+    assert _text(info).strip() == "['system.posix_acl_default', 'user.vt'] 0o42555", _text(info)
+    first = _sandbox(env)
+    env.step("<answer>0</answer>")
+    env.reset(seed=1)
+    _, _, _, _, info = env.step(f"<python>{DESCRIBE_WORKDIR}</python>")
+    assert _sandbox(env) is first  # restored and recycled, not replaced
+    assert _text(info).strip() == expected
+    assert "user.vt" not in expected and "0o40755" in expected  # (a fresh one is plain)
+
+
+CRASHES = {
+    "sigkill": "import os\nos.kill(os.getpid(), 9)",
+    "os_exit": "import os\nos._exit(1)",
+    "segfault": "import ctypes\nctypes.string_at(0)",
+}
+
+
+@pytest.mark.parametrize("recycle", [True, False], ids=["recycled", "fresh"])
+@pytest.mark.parametrize("code", list(CRASHES.values()), ids=list(CRASHES))
+def test_a_crash_is_reported_at_once_not_at_the_deadline(code, recycle):
+    """The interpreter dying is a crash, seen when it happens: with a 30 s deadline the
+    observation comes back in seconds, in the first episode and in a recycled one,
+    and the next call runs in a fresh interpreter."""
+    import time
+
+    env = gym.make("VT-Math-v0", split="test", python_timeout_s=30.0, recycle=recycle)
+    first = None
+    try:
+        for seed in (0, 1):
+            env.reset(seed=seed)
+            _, _, _, _, info = env.step("<python>x = 1\nprint('up')</python>")
+            assert _text(info).strip() == "up"
+            if seed == 1:
+                assert (_sandbox(env) is first) == recycle  # episode 0's replacement, recycled
+            started = time.monotonic()
+            _, _, _, _, info = env.step(f"<python>{code}</python>")
+            elapsed = time.monotonic() - started
+            assert info["tool"]["error"] == "crashed", (info["tool"], elapsed)
+            assert elapsed < 10.0, elapsed  # (the deadline is 30 s)
+            _, _, _, _, info = env.step("<python>print('x' in globals())</python>")
+            assert info["tool"]["ok"] and _text(info).strip() == "False", _text(info)
+            first = _sandbox(env)
+            env.step("<answer>0</answer>")
+    finally:
+        env.close()

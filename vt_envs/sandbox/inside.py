@@ -403,8 +403,18 @@ def _run_recycled(setup):
     (the host drops the dead episode's output up to it), forks the next
     interpreter (whose ready message echoes the marker, so no frame the
     episode left on the control pipe passes for it) and answers ``r`` on the
-    private pipe. If anything is left that it cannot remove, the sandbox ends
+    private pipe. "Did not hold" is judged by metadata, not names: what stays
+    (the work dir itself, the roots of the writable places) gets back the
+    mode bits, extended attributes (POSIX ACLs among them) and inode flags it
+    had before the first episode, and its type and owner must match. If
+    anything is left that it cannot remove or restore, the sandbox ends
     instead: the host never reuses a sandbox that is not clean.
+
+    If the episode's interpreter dies while the host is not ending the
+    episode (``os._exit``, a signal, a segfault, a resource limit), this
+    process ends the sandbox at once: it holds the control pipe too, so
+    without that the host would see no end of file and wait out the call's
+    whole deadline instead of reporting a crash.
     """
     PR_SET_DUMPABLE = 4
     _check(_LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
@@ -415,7 +425,10 @@ def _run_recycled(setup):
     # the first episode's files aside): after an episode they must hold exactly that.
     work = os.path.relpath(setup["workdir"], "/tmp")
     baseline = {path: _tree(path) for path in _SCRUBBED}
-    baseline["/tmp"] = {p for p in baseline["/tmp"] or () if not p.startswith(work + "/")}
+    if baseline["/tmp"] is not None:
+        baseline["/tmp"] = {
+            p: meta for p, meta in baseline["/tmp"].items() if not p.startswith(work + "/")
+        }
     while True:
         child = os.fork()
         if child == 0:
@@ -429,9 +442,11 @@ def _run_recycled(setup):
         if marker is not None:
             _os_write(acks, b"r")
         try:
-            marker = _read_line(ends)
+            marker = _await_end(ends, child)
         except EOFError:  # the host is done with this sandbox
             _os_exit(0)
+        if marker is None:  # the interpreter died mid-episode: the host must see a crash now
+            _os_exit(72)
         try:
             _os_kill(-1, signal.SIGKILL)  # the episode's every process (never us, never init)
         except OSError:
@@ -470,6 +485,35 @@ def _discard_pending(fd, scratch):
         scratch[:] = bytes(len(scratch))
 
 
+def _await_end(ends, child):
+    """The host's end-of-episode marker (a line on ``ends``), or ``None`` as soon
+    as the interpreter ``child`` has died first. Raises ``EOFError`` when the host
+    closed ``ends``. A marker that is there wins over a death seen at the same time."""
+    import select
+
+    try:  # a pidfd turns readable when the process ends (Linux 5.3+) ...
+        watch = os.pidfd_open(child)
+    except (AttributeError, OSError):
+        watch = None  # ... else look every 50 ms
+    poller = select.poll()
+    poller.register(ends, select.POLLIN)
+    if watch is not None:
+        poller.register(watch, select.POLLIN)
+    try:
+        while True:
+            ready = {fd for fd, _ in poller.poll(None if watch is not None else 50)}
+            if ends in ready:
+                return _read_line(ends)
+            if watch is None:
+                if _os_waitpid(child, os.WNOHANG)[0] == child:
+                    return None
+            elif watch in ready:
+                return None
+    finally:
+        if watch is not None:
+            os.close(watch)
+
+
 def _read_line(fd):
     data = b""
     while not data.endswith(b"\n"):
@@ -500,13 +544,14 @@ def _open_writable(path):
 
 
 def _tree(path):
-    """The relative paths under ``path`` (one mount, by descriptors: no path grows
-    past PATH_MAX), or ``None`` when it is absent or read-only."""
+    """What is under ``path``: relative path -> :func:`_meta` (``""`` is ``path``
+    itself), on one mount, by descriptors (no path grows past PATH_MAX); ``None``
+    when it is absent or read-only."""
     fd = _open_writable(path)
     if fd is None:
         return None
     try:
-        found = set()
+        found = {"": _meta(fd, None, os.fstat(fd), fd)}
         _walk(fd, os.fstat(fd).st_dev, "", found)
         return found
     finally:
@@ -518,28 +563,110 @@ def _walk(dir_fd, dev, prefix, found):
         info = entry.stat(follow_symlinks=False)
         if info.st_dev != dev:  # a mount point (a bind): not ours to look into
             continue
-        found.add(prefix + entry.name)
-        if entry.is_dir(follow_symlinks=False):
-            try:
-                fd = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
-            except PermissionError:
-                if info.st_uid == os.getuid() or info.st_mode & 0o022:
-                    raise  # it could hold what we cannot see: not clean
-                continue  # a directory of another user that we could never write into
-            try:
-                _walk(fd, dev, prefix + entry.name + "/", found)
-            finally:
-                os.close(fd)
+        if not entry.is_dir(follow_symlinks=False):
+            found[prefix + entry.name] = _meta(dir_fd, entry.name, info)
+            continue
+        try:
+            fd = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+        except PermissionError:
+            if info.st_uid == os.getuid() or info.st_mode & 0o022:
+                raise  # it could hold what we cannot see: not clean
+            # a directory of another user that we could never write into
+            found[prefix + entry.name] = _meta(dir_fd, entry.name, info)
+            continue
+        try:
+            found[prefix + entry.name] = _meta(dir_fd, entry.name, info, fd)
+            _walk(fd, dev, prefix + entry.name + "/", found)
+        finally:
+            os.close(fd)
+
+
+# FS_IOC_GETFLAGS / FS_IOC_SETFLAGS (the same numbers on x86_64 and aarch64)
+_GETFLAGS, _SETFLAGS = 0x80086601, 0x40086602
+
+
+def _meta(dir_fd, name, info, own_fd=None):
+    """What a next episode could read of an entry, times and contents aside: type and
+    mode bits, owner, extended attributes (``user.*``, POSIX ACLs...) and, for a
+    directory (``own_fd``), its inode flags (``chattr``)."""
+    return (info.st_mode, info.st_uid, info.st_gid, _xattrs(_where(dir_fd, name)), _flags(own_fd))
+
+
+def _where(dir_fd, name):
+    """How xattr calls (which take no ``dir_fd``) name ``name`` in ``dir_fd``: through
+    our descriptor of its directory, the link itself not followed; ``None``: the
+    directory itself, by its descriptor."""
+    if name is None:
+        return dir_fd, {}
+    return f"/proc/self/fd/{dir_fd}/{name}", {"follow_symlinks": False}
+
+
+def _xattrs(where):
+    import errno
+
+    target, how = where
+    try:
+        names = os.listxattr(target, **how)
+        return tuple(sorted((n, os.getxattr(target, n, **how)) for n in names))
+    except OSError as exc:
+        if exc.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return ()  # this file system keeps none
+        raise  # (not clean)
+
+
+def _flags(fd):
+    import fcntl
+
+    if fd is None:
+        return None
+    try:
+        return _unpack("<i", fcntl.ioctl(fd, _GETFLAGS, bytes(8))[:4])[0]
+    except OSError:
+        return None  # not supported here: nothing to compare or restore
+
+
+def _restore(dir_fd, name, kept, own_fd=None):
+    """Give an entry that stays back the metadata ``kept`` recorded before the first
+    episode (best effort: what is not restored fails the comparison that follows)."""
+    import fcntl
+    import stat
+
+    target, how = _where(dir_fd, name)
+    info = os.stat(target, **how)
+    mode, _, _, xattrs, flags = kept
+    if stat.S_IFMT(info.st_mode) != stat.S_IFMT(mode) or stat.S_ISLNK(mode):
+        return  # another kind of entry (or a link, whose bits do not count): not clean
+    if flags is not None and _flags(own_fd) not in (None, flags):  # before chmod: +i blocks it
+        fcntl.ioctl(own_fd, _SETFLAGS, _pack("<i", flags) + bytes(4))
+    if info.st_mode != mode:
+        os.chmod(target, stat.S_IMODE(mode), **how)
+    if _xattrs((target, how)) == xattrs:
+        return
+    wanted = dict(xattrs)
+    for attr in os.listxattr(target, **how):
+        if attr not in wanted:
+            os.removexattr(target, attr, **how)
+    for attr, value in wanted.items():
+        os.setxattr(target, attr, value, **how)
 
 
 def _scrub(path, keep):
-    """Remove what we can under ``path`` but the relative paths in ``keep``."""
+    """Remove what we can under ``path`` but the relative paths in ``keep``, and give
+    what stays the metadata ``keep`` holds for it."""
     fd = _open_writable(path)
     if fd is not None:
         try:
+            _try_restore(fd, None, keep[""], fd)
             _scrub_fd(fd, os.fstat(fd).st_dev, "", keep)
         finally:
             os.close(fd)
+
+
+def _try_restore(dir_fd, name, kept, own_fd=None):
+    try:
+        _restore(dir_fd, name, kept, own_fd)
+    except OSError:
+        pass  # left as it is: the comparison with the baseline refuses the sandbox
 
 
 def _scrub_fd(dir_fd, dev, prefix, keep):
@@ -551,8 +678,12 @@ def _scrub_fd(dir_fd, dev, prefix, keep):
             if entry.is_dir(follow_symlinks=False):
                 if relative not in keep:
                     os.chmod(entry.name, 0o700, dir_fd=dir_fd)  # made unwritable: still goes
+                else:  # its own bits first: a directory made unwritable must be emptied
+                    _try_restore(dir_fd, entry.name, keep[relative])
                 fd = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
                 try:
+                    if relative in keep:  # (its flags need a descriptor)
+                        _try_restore(dir_fd, entry.name, keep[relative], fd)
                     _scrub_fd(fd, dev, relative + "/", keep)
                 finally:
                     os.close(fd)
@@ -560,6 +691,8 @@ def _scrub_fd(dir_fd, dev, prefix, keep):
                     os.rmdir(entry.name, dir_fd=dir_fd)
             elif relative not in keep:
                 os.unlink(entry.name, dir_fd=dir_fd)
+            else:
+                _try_restore(dir_fd, entry.name, keep[relative])
         except OSError:
             pass  # left in place: the comparison with the baseline refuses the sandbox
 

@@ -51,9 +51,12 @@ class PythonTool(Tool):
         recycle: an episode's sandbox serves the tool's next episode, as fresh:
             at the episode's end its sandbox's pristine parent (which never runs
             model code) kills every process of the episode, empties the writable
-            directories and forks a new interpreter, so no process, file or
-            memory of one episode reaches the next (SysV IPC and keyrings are
-            refused in every sandbox). Costs a fork instead of a sandbox start
+            directories, restores the work dir's metadata (mode bits, extended
+            attributes, ACLs, inode flags) and forks a new interpreter, so no
+            process, file, metadata or memory of one episode reaches the next
+            (an interpreter that dies mid-episode ends the sandbox at once: a
+            crash reported when it happens, not at the deadline; SysV IPC and
+            keyrings are refused in every sandbox). Costs a fork instead of a sandbox start
             (~2 ms vs ~60 ms). Needs the sandbox's own pid namespace; ``False``
             starts a new sandbox for each episode.
 
