@@ -85,3 +85,29 @@ def test_oracle_for_unknown_and_known():
     assert isinstance(vt_envs.oracle_for("VT-Lookup-v0"), vt_envs.OraclePolicy)
     with pytest.raises(UnknownNameError, match="Unknown env id"):
         vt_envs.oracle_for("VT-Nope-v0")
+
+
+DEADLINE_KWARGS = [
+    ("VT-Math-v0", "python_timeout_s"),
+    ("VT-Math-v0", "verify_timeout_s"),
+    ("VT-Math-v0", "max_episode_seconds"),
+    ("VT-SQL-v0", "query_timeout_s"),
+    ("VT-Search-v0", "search_timeout_s"),
+    ("VT-Visual-v0", "tool_timeout_s"),
+    ("VT-SWE-v0", "bash_timeout_s"),
+    ("VT-SWE-v0", "eval_timeout_s"),
+    ("VT-Multi-v0", "sql_timeout_s"),
+]
+
+
+@pytest.mark.parametrize("env_id,keyword", DEADLINE_KWARGS)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0, "10", True], ids=repr)
+def test_a_deadline_keyword_that_is_not_a_deadline_is_refused(env_id, keyword, value):
+    """NaN, infinite, negative, zero or non-numeric deadlines raise at gym.make, naming the
+    keyword, the value and the fix (a NaN one would break the shared loop's timer heap)."""
+    from vt_envs.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError) as caught:
+        gym.make(env_id, **{keyword: value}).close()
+    message = str(caught.value)
+    assert keyword in message and repr(value) in message and f"{keyword}=10.0" in message

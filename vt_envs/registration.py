@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 
 from vt_envs.core.env import ToolEnv
+from vt_envs.core.tool import check_timeout
 from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.errors import InvalidConfigError, UnknownKwargError, UnknownNameError
 
@@ -90,6 +91,10 @@ def env_builder(fn: Callable[..., ToolEnv]) -> Callable[..., ToolEnv]:
 
     ``fn`` must take keyword-only arguments and may end with ``**env_kwargs``,
     which receives only the :data:`TOOL_ENV_KWARGS` it does not declare itself.
+    Every keyword that names a deadline (``*timeout_s``, ``max_episode_seconds``)
+    is checked by :func:`~vt_envs.core.tool.check_timeout` (``None`` passes to
+    ``fn``), so a NaN, infinite, zero or negative one is refused under its own
+    name, whichever domain's builder it was meant for.
     """
     params = inspect.signature(fn).parameters
     own = {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
@@ -103,6 +108,9 @@ def env_builder(fn: Callable[..., ToolEnv]) -> Callable[..., ToolEnv]:
         for key in kwargs:
             if key not in accepted | _SERVER_KWARGS:
                 raise UnknownKwargError(f"{fn.__module__}.{fn.__name__}()", key, accepted)
+            deadline = key.endswith("timeout_s") or key == "max_episode_seconds"
+            if deadline and kwargs[key] is not None:  # (None: the builder says if it may be)
+                check_timeout(key, kwargs[key], optional=key == "max_episode_seconds")
         env = fn(**kwargs)
         if server is not None:
             from vt_envs.server.client import attach_tool_server

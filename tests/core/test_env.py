@@ -296,3 +296,13 @@ def test_an_inline_verifier_runs_on_the_loop_and_a_plain_one_in_a_thread():
         assert env.step("<answer>21</answer>")[1] == 1.0
         env.close()
     assert seen == {"inline": True, "threaded": False}
+
+
+@pytest.mark.parametrize("keyword", ["max_episode_seconds", "verify_timeout_s"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0], ids=repr)
+def test_a_tool_env_built_directly_checks_its_deadlines(keyword, value):
+    """Not only gym.make's keywords: ToolEnv itself refuses a deadline that is not one
+    (None still means no limit)."""
+    with pytest.raises(InvalidConfigError, match=keyword):
+        make_env(**{keyword: value})
+    make_env(**{keyword: None}).close()

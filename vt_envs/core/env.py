@@ -38,7 +38,7 @@ from vt_envs.core.tokenizer import (
     ObservationEncoder,
     load_tokenizer,
 )
-from vt_envs.core.tool import Tool, ToolResult
+from vt_envs.core.tool import Tool, ToolResult, check_timeout
 from vt_envs.core.verifier import Score, Verifier
 from vt_envs.errors import EnvClosedError, InvalidConfigError, ResetNeededError
 
@@ -335,14 +335,10 @@ class ToolEnv(gym.Env[dict, str]):
                 raise InvalidConfigError(f"{field_name} must be an int >= 1, got {value!r}")
         if max_tool_calls is not None and max_tool_calls < 0:
             raise InvalidConfigError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
-        if verify_timeout_s is not None and verify_timeout_s <= 0:
-            raise InvalidConfigError(
-                f"verify_timeout_s must be > 0 or None, got {verify_timeout_s}"
-            )
-        if max_episode_seconds is not None and max_episode_seconds <= 0:
-            raise InvalidConfigError(
-                f"max_episode_seconds must be > 0 or None, got {max_episode_seconds}"
-            )
+        verify_timeout_s = check_timeout("verify_timeout_s", verify_timeout_s, optional=True)
+        max_episode_seconds = check_timeout(
+            "max_episode_seconds", max_episode_seconds, optional=True
+        )
         names = [tool.name for tool in tools]
         if len(set(names)) != len(names):
             raise InvalidConfigError(f"tool names must be unique, got {names}")

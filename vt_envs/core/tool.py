@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import abc
 import importlib
+import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -44,11 +46,48 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from vt_envs.errors import UnknownToolError
+from vt_envs.errors import InvalidConfigError, UnknownToolError
 
-__all__ = ["Tool", "ToolRegistry", "ToolResult", "tool_registry", "validate_arguments"]
+__all__ = [
+    "MAX_TIMEOUT_S",
+    "Tool",
+    "ToolRegistry",
+    "ToolResult",
+    "check_timeout",
+    "tool_registry",
+    "validate_arguments",
+]
 
 ENTRY_POINT_GROUP = "vt_envs.tools"
+
+#: The longest deadline VT accepts (about 11.6 days): longer is not a deadline, and
+#: some waits (``threading`` locks) overflow on huge timeouts.
+MAX_TIMEOUT_S = 1e6
+
+
+def check_timeout(name: str, value: Any, *, optional: bool = False) -> float | None:
+    """``value`` as a deadline in seconds, or :class:`InvalidConfigError` naming ``name``.
+
+    A deadline is a real number (not a bool), finite, > 0 and at most
+    :data:`MAX_TIMEOUT_S`; ``None`` passes only when ``optional`` (no limit).
+    Every deadline is checked where it enters VT, because one NaN that
+    reached the shared event loop would break its timer heap: a ``NaN``
+    deadline compares false with every other, and timers of *other* sessions
+    queued behind it stop firing in order.
+    """
+    if value is None and optional:
+        return None
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        seconds = float(value)
+        ok = math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S
+    if not ok:
+        none = " or None (no limit)" if optional else ""
+        raise InvalidConfigError(
+            f"{name} must be a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:g}{none}, "
+            f"got {value!r}. Fix: pass e.g. {name}=10.0."
+        )
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -110,9 +149,24 @@ class Tool(abc.ABC):
     grace_s: ClassVar[float] = 2.0
 
     def __init__(self, *, timeout_s: float = 30.0):
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = timeout_s
+
+    @property
+    def timeout_s(self) -> float:
+        """The default deadline of one call, in seconds (checked by :func:`check_timeout`)."""
+        return self._timeout_s
+
+    @timeout_s.setter
+    def timeout_s(self, value: float) -> None:
+        self._timeout_s = check_timeout("timeout_s", value)
+
+    def deadline(self, timeout_s: float | None) -> float:
+        """The deadline of one call: ``timeout_s`` as the env hands it (checked: a NaN,
+        infinite, zero or negative one raises :class:`InvalidConfigError`), or
+        :attr:`timeout_s` when it is ``None``."""
+        if timeout_s is None:
+            return self.timeout_s
+        return check_timeout("timeout_s", timeout_s)
 
     async def open_session(self, task: Any, *, seed: int) -> Any:
         """Create per-episode state for ``task`` (a :class:`~vt_envs.core.task.Task`).
@@ -139,7 +193,11 @@ class Tool(abc.ABC):
     async def call(
         self, session: Any, arguments: Mapping[str, Any], *, timeout_s: float
     ) -> ToolResult:
-        """Run one call with already-validated ``arguments``, within ``timeout_s`` seconds."""
+        """Run one call with already-validated ``arguments``, within ``timeout_s`` seconds.
+
+        ``timeout_s`` is a developer's value (the env's, a tool server's): pass it
+        through :meth:`deadline` before it reaches a timer.
+        """
 
     async def aclose(self) -> None:
         """Release resources shared by all sessions (worker pools...)."""

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vt_envs.core.tool import check_timeout
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.process import Captured, SandboxProcess
 from vt_envs.sandbox.session import SandboxSession, SessionClosed
@@ -119,7 +120,9 @@ class BashSession(SandboxSession):
         )
 
     async def run(self, command: str, timeout_s: float) -> BashOutcome:
-        """Run ``command``; never raises for anything the command does."""
+        """Run ``command``; never raises for anything the command does (a ``timeout_s``
+        that is not a deadline raises :class:`InvalidConfigError`, before anything runs)."""
+        timeout_s = check_timeout("timeout_s", timeout_s)
         try:
             return await self._serialized(lambda: self._run(command, timeout_s))
         except SessionClosed:

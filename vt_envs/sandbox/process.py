@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vt_envs.core.tool import check_timeout
 from vt_envs.errors import SandboxUnavailableError
 from vt_envs.sandbox.cgroups import Cgroup
 from vt_envs.sandbox.isolation import INSIDE_SOURCE, Isolation
@@ -496,6 +497,7 @@ class SandboxProcess:
         this request's (forged or stale): the caller kills the sandbox.
         """
         nonce = nonce or _new_nonce()
+        check_timeout("timeout_s", timeout_s)  # a NaN would break the loop's timer heap
         await self._send(_frame({**request, "nonce": nonce}))
         try:
             async with asyncio.timeout(timeout_s):  # (wait_for would start a task per request)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vt_envs.core.loop import keep_running
+from vt_envs.core.tool import check_timeout
 from vt_envs.sandbox.isolation import Isolation
 from vt_envs.sandbox.process import Captured, SandboxProcess, WorkerLost, _encode_files
 from vt_envs.sandbox.session import SandboxSession, SessionClosed
@@ -203,7 +204,9 @@ class PythonWorker(SandboxSession):
         await pool.give_back(proc)
 
     async def run(self, code: str, timeout_s: float) -> PythonOutcome:
-        """Run ``code``; never raises for anything the code does."""
+        """Run ``code``; never raises for anything the code does (a ``timeout_s`` that
+        is not a deadline raises :class:`InvalidConfigError`, before anything runs)."""
+        timeout_s = check_timeout("timeout_s", timeout_s)
         try:
             return await self._serialized(lambda: self._run(code, timeout_s))
         except SessionClosed:

@@ -22,6 +22,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from vt_envs.core.tool import check_timeout
 from vt_envs.sandbox.isolation import Isolation
 from vt_envs.sandbox.process import SandboxProcess, WorkerLost
 from vt_envs.sandbox.python_worker import WarmPool
@@ -92,8 +93,10 @@ class ServiceSession(SandboxSession):
         """The service's reply to ``payload``, within ``timeout_s`` seconds.
 
         Raises :class:`ServiceLost` (the process was killed; the next request
-        starts a new one) or :class:`SessionClosed`.
+        starts a new one) or :class:`SessionClosed`; :class:`InvalidConfigError`
+        (before anything is sent) when ``timeout_s`` is not a deadline.
         """
+        timeout_s = check_timeout("timeout_s", timeout_s)
         return await self._serialized(lambda: self._request(dict(payload), timeout_s))
 
     async def _request(self, payload: dict[str, Any], timeout_s: float) -> Any:

@@ -73,7 +73,7 @@ class BashTool(Tool):
     async def call(
         self, session: BashSession, arguments: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> ToolResult:
-        limit = self.timeout_s if timeout_s is None else timeout_s
+        limit = self.deadline(timeout_s)
         return self.format(await session.run(str(arguments["command"]), limit), limit)
 
     def describe(self) -> dict[str, object]:

@@ -140,7 +140,7 @@ class PythonTool(Tool):
     async def call(
         self, session: PythonWorker, arguments: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> ToolResult:
-        limit = self.timeout_s if timeout_s is None else timeout_s
+        limit = self.deadline(timeout_s)
         return self.format(await session.run(str(arguments["code"]), limit), limit)
 
     def describe(self) -> dict[str, object]:

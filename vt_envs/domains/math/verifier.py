@@ -38,6 +38,7 @@ import time
 from fractions import Fraction
 
 from vt_envs.core.task import Task
+from vt_envs.core.tool import check_timeout
 from vt_envs.core.verifier import Score
 from vt_envs.errors import InvalidConfigError
 
@@ -251,11 +252,9 @@ class MathVerifier:
     """
 
     def __init__(self, *, timeout_s: float = 5.0, float_rounding: int = 6, fast_path: bool = True):
-        if timeout_s <= 0:
-            raise InvalidConfigError(f"timeout_s must be > 0, got {timeout_s!r}")
         if not isinstance(float_rounding, int) or float_rounding < 0:
             raise InvalidConfigError(f"float_rounding must be an int >= 0, got {float_rounding!r}")
-        self.timeout_s = float(timeout_s)
+        self.timeout_s = check_timeout("timeout_s", timeout_s)
         self.float_rounding = float_rounding
         self.fast_path = fast_path
 

@@ -89,6 +89,7 @@ class SearchTool(Tool):
                 "<search> and </search>.",
                 "empty_query",
             )
+        timeout_s = self.deadline(timeout_s)
         start = time.perf_counter()
         try:
             hits = await asyncio.wait_for(self.retriever.asearch(query, self.top_k), timeout_s)

@@ -284,6 +284,15 @@ class _Watchdog:
         self._thread: threading.Thread | None = None
 
     def arm(self, con: duckdb.DuckDBPyConnection, timeout_s: float) -> int:
+        """Interrupt ``con`` ``timeout_s`` seconds from now (unless disarmed first).
+
+        ``ValueError`` unless ``timeout_s`` is finite and > 0: the alarms are
+        shared by every connection of the process, and a NaN deadline (it
+        compares false with everything) would turn the thread's wake-up time
+        into NaN, a busy loop that never fires that alarm.
+        """
+        if isinstance(timeout_s, bool) or not 0 < timeout_s < math.inf:
+            raise ValueError(f"timeout_s must be finite and > 0, got {timeout_s!r}")
         deadline = time.monotonic() + timeout_s
         with self._changed:
             if self._thread is None or not self._thread.is_alive():

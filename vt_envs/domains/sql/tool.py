@@ -180,7 +180,7 @@ class SQLTool(Tool):
     async def call(
         self, session: Any, arguments: Mapping[str, Any], *, timeout_s: float | None = None
     ) -> ToolResult:
-        limit = self.timeout_s if timeout_s is None else timeout_s
+        limit = self.deadline(timeout_s)
         request = {
             "op": "query",
             "db": session["db"],

@@ -23,6 +23,7 @@ from typing import Any
 
 from vt_envs.core.loop import run_sync
 from vt_envs.core.task import Task
+from vt_envs.core.tool import check_timeout
 from vt_envs.core.verifier import Score
 from vt_envs.domains.sql.results import extract_sql, has_top_level_order_by, results_match
 from vt_envs.domains.sql.tool import (
@@ -76,7 +77,7 @@ class ExecutionMatch:
         policy: SandboxPolicy | None = None,
         isolation: str | None = None,
     ):
-        self.timeout_s = timeout_s
+        self.timeout_s = check_timeout("timeout_s", timeout_s)
         self.column_order_insensitive = column_order_insensitive
         self.rel_tol, self.abs_tol = rel_tol, abs_tol
         self.max_result_rows = max_result_rows
