@@ -306,3 +306,59 @@ def test_a_tool_env_built_directly_checks_its_deadlines(keyword, value):
     with pytest.raises(InvalidConfigError, match=keyword):
         make_env(**{keyword: value})
     make_env(**{keyword: None}).close()
+
+
+def _record_tokenizer(monkeypatch, tokenizer) -> list[int]:
+    """Wrap the env's tokenizer: the sizes of every input it encodes or decodes."""
+    sizes: list[int] = []
+    for name in ("encode", "encode_text", "decode"):
+        inner = getattr(tokenizer, name)
+
+        def recorded(value, inner=inner):
+            sizes.append(len(value))
+            return inner(value)
+
+        monkeypatch.setattr(tokenizer, name, recorded)
+    return sizes
+
+
+@pytest.mark.parametrize("kind", ["text", "ids"])
+def test_an_action_over_the_token_budget_is_never_tokenized_in_full(monkeypatch, kind):
+    """A 10 MB action (or 10M ids) ends the episode truncated by the token budget, and
+    the tokenizer sees at most what the budget allows (the room left, in tokens, times
+    the most characters one token stands for), not 10 MB."""
+    import gymnasium as gym
+
+    env = gym.make("VT-Lookup-v0")
+    _, info = env.reset(seed=0)
+    unwrapped = env.unwrapped
+    room = unwrapped.max_episode_tokens - info["episode_tokens"]
+    sizes = _record_tokenizer(monkeypatch, unwrapped.tokenizer)
+    action = "<lookup>1</lookup>" * 600_000 if kind == "text" else np.full(10**7, 64)
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert truncated and not terminated and info["truncation"] == "max_episode_tokens"
+    assert info["episode_tokens"] == unwrapped.max_episode_tokens + 1
+    assert info["parse"] is None and "tool" not in info and info["tool_calls"] == 0
+    assert reward == 0.0 and len(obs["tokens"]) == 0
+    assert max(sizes, default=0) <= (room + 1) * unwrapped.tokenizer.max_chars_per_token
+    env.close()
+
+
+def test_an_answer_over_the_token_budget_is_not_graded():
+    """Like a generation cut at a length limit: no context the budget allows holds it."""
+    env = make_env(max_episode_tokens=200)
+    env.reset(options={"task_id": "t3"})
+    _, reward, terminated, truncated, info = env.step("x " * 5000 + "<answer>3</answer>")
+    assert truncated and not terminated and info["truncation"] == "max_episode_tokens"
+    assert info["reward_parts"] == {"outcome": 0.0}
+
+
+def test_an_action_that_fits_is_counted_exactly():
+    env = make_env(max_episode_tokens=400)
+    _, info = env.reset(options={"task_id": "t3"})
+    before = info["episode_tokens"]
+    action = "<echo>hi</echo>" + " x" * ((400 - before) // 4)  # well within the budget
+    n = len(env.tokenizer.encode(action))
+    obs, _, _, truncated, info = env.step(action)
+    assert not truncated and info["parse"]["kind"] == "tool_call"
+    assert info["episode_tokens"] == before + n + len(obs["tokens"])

@@ -193,9 +193,15 @@ class ToolEnv(gym.Env[dict, str]):
     ``max_episode_steps`` (``gym.make(id, max_episode_steps=N)``) ran out
     first, or a tool's episode-wide limit was passed (``ToolResult.ends_episode``,
     e.g. ``"disk_quota"``); ``info["truncation"]`` names which, and the sessions are closed and
-    ``reward_parts`` filled the same way for each.
+    ``reward_parts`` filled the same way for each. An action that alone does not
+    fit what is left of ``max_episode_tokens`` ends the episode so (truncated)
+    before it is parsed: its calls do not run and an answer in it is not graded,
+    like a generation cut at a length limit; it is counted as one token past the
+    budget, and a text action provably that long is never tokenized (see
+    :meth:`ChatTokenizer.count_up_to`).
 
-    ``info`` always has ``task_id``, ``turn``, ``parse`` (``None`` on reset),
+    ``info`` always has ``task_id``, ``turn``, ``parse`` (``None`` on reset and
+    for an action over the token budget),
     ``tool_calls``, ``tool_errors``, ``invalid_actions``, ``episode_tokens``;
     ``tool`` (name, ok, error, latency_s) when a tool ran; ``reward_parts`` on
     the final step. For policies that work with chat messages rather than
@@ -477,12 +483,15 @@ class ToolEnv(gym.Env[dict, str]):
     ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Advance one turn; see :meth:`step`."""
         episode = self._ensure_running()
-        text, ended_with_eos, n_action_tokens = self._decode_action(action)
+        room = self.max_episode_tokens - episode.tokens
+        text, ended_with_eos, n_action_tokens = self._decode_action(action, room)
         self._transcript.append(text)
         episode.turn += 1
         episode.tokens += n_action_tokens
         content = text.removesuffix(self.tokenizer.eos_token) if ended_with_eos else text
         episode.messages.append({"role": "assistant", "content": content})
+        if n_action_tokens > room:  # it cannot fit: not parsed, not run, not graded
+            return await self._finish(None, None, truncated=True, reason="max_episode_tokens")
         parse = self.parser.parse(text)
         info_extra: dict[str, Any] = {}
 
@@ -696,26 +705,37 @@ class ToolEnv(gym.Env[dict, str]):
         }
         await closing.aclose()
 
-    def _decode_action(self, action: Any) -> tuple[str, bool, int]:
+    def _decode_action(self, action: Any, room: int) -> tuple[str, bool, int]:
         """Return ``(text, ended_with_eos, token_count)`` of an action.
 
         Token ids are decoded (and counted as given). A text action is encoded
         only to count it against the token budget; training always uses the
         ids the policy generated, never these.
+
+        ``room``: the tokens left in ``max_episode_tokens``. An action that
+        does not fit is counted as ``room + 1`` tokens (text: without being
+        encoded when it is provably too long, see
+        :meth:`ChatTokenizer.count_up_to`) and only its first
+        ``_MAX_TEXT_CHARS`` characters (ids: its first ``room + 1`` ids) are
+        kept, for the transcript: it ends the episode unparsed.
         """
         eos = self.tokenizer.eos_token
+        room = max(0, room)
         if isinstance(action, str):
-            action = valid_utf8(action)
-            return action, action.endswith(eos), len(self.tokenizer.encode(action))
+            count = self.tokenizer.count_up_to(action, room)
+            ended = action.endswith(eos)
+            if count > room:
+                action = action[:_MAX_TEXT_CHARS]
+            return valid_utf8(action), ended, count
         ids = np.asarray(action)
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
             raise TypeError(
                 f"action must be a str or a 1-D sequence of token ids, got {type(action).__name__}"
                 f" with shape {ids.shape} and dtype {ids.dtype}"
             )
-        ids_list = ids.tolist()
-        ended = bool(ids_list) and ids_list[-1] == self.tokenizer.eos_token_id
-        return self.tokenizer.decode(ids_list), ended, len(ids_list)
+        ended = bool(len(ids)) and int(ids[-1]) == self.tokenizer.eos_token_id
+        count = min(len(ids), room + 1)  # (over the room: decoded no further than that)
+        return self.tokenizer.decode(ids[:count].tolist()), ended, count
 
     def _tool_budget_left(self, episode: _Episode) -> int:
         if self.max_tool_calls is None:

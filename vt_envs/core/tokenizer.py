@@ -43,6 +43,7 @@ import jinja2
 import numpy as np
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from vt_envs.core.token_budget import chars_per_token_bound
 from vt_envs.errors import InvalidConfigError, TemplateError, did_you_mean
 
 __all__ = [
@@ -95,6 +96,9 @@ class ChatTokenizer(abc.ABC):
             tokenizer has no pad token).
         special_tokens: the strings of the control (special) tokens, which
             :meth:`encode` maps to their ids and :meth:`encode_text` splits.
+        max_chars_per_token: the most characters of text one token can stand
+            for, or ``None`` when no bound is known (see
+            :mod:`vt_envs.core.token_budget`); :meth:`count_up_to` uses it.
     """
 
     name: str
@@ -103,6 +107,22 @@ class ChatTokenizer(abc.ABC):
     eos_token_id: int
     pad_token_id: int
     special_tokens: tuple[str, ...]
+    max_chars_per_token: int | None = None
+
+    def count_up_to(self, text: str, limit: int) -> int:
+        """``len(self.encode(text))`` when that is at most ``limit``, else ``limit + 1``.
+
+        A text longer than ``limit * max_chars_per_token`` characters has more
+        than ``limit`` tokens, so it is not encoded at all: the encoder never
+        sees more than that many characters (a 10 MB action counted against
+        a budget of a few thousand tokens costs nothing). Without a known
+        bound the text is encoded in full.
+        """
+        limit = max(0, int(limit))
+        bound = self.max_chars_per_token
+        if bound is not None and len(text) > limit * bound:
+            return limit + 1
+        return min(len(self.encode(text)), limit + 1)
 
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:
@@ -213,6 +233,7 @@ class VTTokenizer(ChatTokenizer):
         self._plain = type(tokenizer).from_str(tokenizer.to_str())
         self._plain.encode_special_tokens = True
         self._pieces = _PieceCache.for_tokenizer(tokenizer)
+        self.max_chars_per_token = chars_per_token_bound(tokenizer)
 
     def _token_id(self, token: str, role: str) -> int:
         token_id = self._tokenizer.token_to_id(token)
@@ -309,6 +330,9 @@ class _PieceCache:
     """
 
     _MAX_PIECES = 2048
+    #: Longer pieces are encoded but not kept (a long action is seen once; the cache
+    #: is for what repeats: prompts, markup), so it holds at most ~128M characters.
+    _MAX_PIECE_CHARS = 1 << 16
 
     def __init__(self, tokenizer: Any, added: Mapping[str, int]):
         self._tokenizer = tokenizer
@@ -347,9 +371,10 @@ class _PieceCache:
                 if known is None:
                     piece_ids = tuple(self._tokenizer.encode(piece, add_special_tokens=False).ids)
                     known = piece_ids, self._tokenizer.decode(piece_ids) == piece
-                    if len(self._cache) >= self._MAX_PIECES:  # first in, first out
-                        del self._cache[next(iter(self._cache))]
-                    self._cache[piece] = known
+                    if len(piece) <= self._MAX_PIECE_CHARS:
+                        if len(self._cache) >= self._MAX_PIECES:  # first in, first out
+                            del self._cache[next(iter(self._cache))]
+                        self._cache[piece] = known
                 ids.extend(known[0])
                 lossless = lossless and known[1]
         return ids, lossless
@@ -393,6 +418,8 @@ class HFTokenizer(ChatTokenizer):
         self.special_tokens = tuple(
             dict.fromkeys([*(t.content for t in added if t.special), *tokenizer.all_special_tokens])
         )
+        if getattr(tokenizer, "is_fast", False):  # a slow one runs in Python: no bound read
+            self.max_chars_per_token = chars_per_token_bound(tokenizer.backend_tokenizer)
 
     def encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False))
