@@ -591,6 +591,7 @@ class ToolEnv(gym.Env[dict, str]):
         self._finalizer.detach()
         if self._episode is not None:
             self._episode.done = True
+            self._episode.images = []  # a closed env holds no image (render: BLANK_FRAME)
         await self._live.aclose_all()
 
     def close(self) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import tracemalloc
+import weakref
 
 import gymnasium as gym
 import numpy as np
@@ -249,6 +251,84 @@ def test_memory_per_turn_is_the_new_image_and_is_released_at_close():
     finally:
         tracemalloc.stop()
         env.close()
+
+
+def _vstar_dir(root, seeds) -> str:
+    """A V* bench layout with one item per scene seed (full-size images on disk)."""
+    from PIL import Image
+
+    category = root / "direct_attributes"
+    category.mkdir()
+    for seed in seeds:
+        scene = scene_of("color", seed)
+        Image.fromarray(scene.image).save(category / f"item{seed}.png")
+        options = [scene.answer, *[c for c in scene.choices if c != scene.answer]]
+        meta = {"question": scene.question, "options": options, "bbox": [0, 0, 10, 10]}
+        (category / f"item{seed}.json").write_text(json.dumps(meta))
+    return str(root)
+
+
+def _play(env, seeds, refs: list) -> int:
+    """Episodes that zoom once, with weakrefs to every image they saw; the largest
+    image's size."""
+    largest = 0
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        height, width = obs["images"][0].shape[:2]
+        zoomed = env.step(_call("zoom", bbox=[0, 0, width // 4, height // 4], image=0))[0]
+        for image in (*obs["images"], *zoomed["images"]):
+            refs.append(weakref.ref(image))
+            largest = max(largest, image.nbytes)
+        del obs, zoomed
+        env.step("<answer>A</answer>")
+    return largest
+
+
+@pytest.mark.parametrize("dataset", ["scenes", "vstar"])
+def test_close_lets_go_of_every_image_the_env_decoded(tmp_path, dataset):
+    """After close() the env keeps no image: not the episodes' (weakrefs die), and no
+    decoded scene or image file in a cache (traced memory back near where it began)."""
+    kwargs = {"dataset": _vstar_dir(tmp_path, range(6))} if dataset == "vstar" else {}
+    warm = gym.make("VT-Visual-v0", split="test", **kwargs)  # imports, fonts, tokenizer
+    _play(warm, [0], [])
+    warm.close()
+    del warm
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        env = gym.make("VT-Visual-v0", split="test", **kwargs)
+        refs: list = []
+        largest = _play(env, range(6), refs)
+        env.close()
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert [ref() for ref in refs if ref() is not None] == []
+    assert kept < largest, (kept, largest)  # not even one image's worth
+    assert env.render() is None
+
+
+def test_a_long_run_holds_a_bounded_number_of_images():
+    """However many episodes run, the env keeps its current episode's images and the
+    last two decoded scenes, not one per episode."""
+    env = gym.make("VT-Visual-v0", split="test", render_mode="rgb_array")
+    _play(env, [0], [])
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        refs: list = []
+        growth, largest = [], 0
+        for seed in range(1, 21):
+            largest = max(largest, _play(env, [seed], refs))
+            growth.append(tracemalloc.get_traced_memory()[0] - before)
+    finally:
+        tracemalloc.stop()
+    assert sum(ref() is not None for ref in refs) <= 2  # the last episode's (for render)
+    # the last episode's two images and two cached scenes, a little over
+    assert max(growth) < 5 * largest, (max(growth), largest)
+    env.close()
 
 
 def test_a_64_env_vector_env_holds_each_image_once():

@@ -36,7 +36,13 @@ from vt_envs.domains.visual.bbox import BBOX_FORMATS, BoxError, describe_format
 from vt_envs.domains.visual.loaders import easy_vqa_available, load_easy_vqa, load_vstar
 from vt_envs.domains.visual.oracle import NoToolPolicy, VisualOracle, stated_bbox_format
 from vt_envs.domains.visual.scenes import SCENE_KINDS, Scene, render_scene
-from vt_envs.domains.visual.tasks import ChoiceMatch, images_of_task, scene_of, visual_tasks
+from vt_envs.domains.visual.tasks import (
+    ChoiceMatch,
+    TaskImages,
+    images_of_task,
+    scene_of,
+    visual_tasks,
+)
 from vt_envs.domains.visual.tools import IMAGE_TOOLS, ImageSession, ImageStore, ImageTool
 from vt_envs.errors import InvalidConfigError
 from vt_envs.registration import env_builder
@@ -53,6 +59,7 @@ __all__ = [
     "ImageTool",
     "NoToolPolicy",
     "Scene",
+    "TaskImages",
     "VisualOracle",
     "describe_format",
     "easy_vqa_available",
@@ -74,9 +81,11 @@ INSTRUCTIONS = (
 )
 
 
-def _tasks(dataset: str | os.PathLike[str] | None, split: str, **generated: Any) -> TaskSource:
+def _tasks(
+    dataset: str | os.PathLike[str] | None, split: str, images: TaskImages, **generated: Any
+) -> TaskSource:
     if dataset is None:
-        return visual_tasks(split, **generated)
+        return visual_tasks(split, images=images, **generated)
     if dataset == "easy-vqa":
         return load_easy_vqa(split, size=generated.get("size"))
     if os.path.isdir(dataset):
@@ -121,11 +130,16 @@ def make_visual_env(
     """
     if bbox_format not in BBOX_FORMATS:
         raise InvalidConfigError(f"bbox_format must be one of {BBOX_FORMATS}, got {bbox_format!r}")
-    store = ImageStore(images_of_task)
+    # The env's decoded images: the last two kept (the task just written, the episode
+    # that opens it), dropped at close() by the image tools.
+    images = TaskImages(size=2)
+    store = ImageStore(images)
     image_tools = store.tools(
         tools, bbox_format=bbox_format, timeout_s=tool_timeout_s, zoom_target=zoom_target
     )
-    tasks = _tasks(dataset, split, kinds=kinds, size=size, multiple_choice=multiple_choice)
+    tasks = _tasks(
+        dataset, split, kinds=kinds, size=size, multiple_choice=multiple_choice, images=images
+    )
     return ToolEnv(
         tools=image_tools,
         tasks=tasks,

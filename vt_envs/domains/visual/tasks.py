@@ -1,8 +1,11 @@
 """VT-Visual-v0's tasks: generated scenes, multiple-choice or open, with a fixed held-out split.
 
 A task holds no pixels: its assets name the scene (``kind``, ``seed``), and
-the image is rendered when an episode opens (:func:`scene_of`, cached per
-process, so every holder shares one array). The prompt states the image's
+the image is rendered when an episode opens. Decoded images are cached only
+by a :class:`TaskImages` that an env owns (its task source and its image
+tools share one, so a scene rendered to make a task is not rendered again
+when its episode opens): it keeps the last few, and the env's ``close()``
+empties it. Nothing is cached per process. The prompt states the image's
 size (a policy that sees a resized image needs it to give pixel boxes); the
 assets keep the target boxes for oracles and crop checks. Train and test draw seeds from
 disjoint streams (even and odd), so no held-out scene is ever trained on.
@@ -14,9 +17,9 @@ option's text. Open form: the gold is the answer text.
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 from PIL import Image
@@ -27,34 +30,85 @@ from vt_envs.domains.visual.ops import as_image_array
 from vt_envs.domains.visual.scenes import SCENE_KINDS, Scene, render_scene
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["LETTERS", "ChoiceMatch", "images_of_task", "scene_of", "size_caption", "visual_tasks"]
+__all__ = [
+    "LETTERS",
+    "ChoiceMatch",
+    "TaskImages",
+    "images_of_task",
+    "scene_of",
+    "size_caption",
+    "visual_tasks",
+]
 
 LETTERS = "ABCDEFGH"
 _SPLIT_OFFSET = {"train": 0, "test": 1}
 _LETTER = re.compile(r"^\s*\(?([A-H])\)?(?:[\s.:)]|$)")
 
 
-@functools.lru_cache(maxsize=16)
 def scene_of(kind: str, seed: int) -> Scene:
-    """The rendered scene of a task (cached: the generator and the episode share it)."""
+    """The rendered scene of a task (rendered anew each call; see :class:`TaskImages`)."""
     return render_scene(kind, seed)
 
 
-@functools.lru_cache(maxsize=16)
 def _read_image(path: str) -> np.ndarray:
     with Image.open(path) as image:
         return as_image_array(image)
 
 
-def images_of_task(task: Task) -> tuple[np.ndarray, ...]:
+class TaskImages:
+    """Decoded task images (scenes and image files), the ``size`` most recent kept.
+
+    One belongs to one env: its task source renders a scene through
+    :meth:`scene` to write the task, the episode that opens next finds it
+    here (calling the object is :func:`images_of_task` through this cache),
+    and the env's ``close()`` calls :meth:`clear`. So an env holds a bounded
+    number of decoded images however long it runs, and none after it closes.
+    """
+
+    def __init__(self, size: int = 2):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InvalidConfigError(f"size must be an int >= 1, got {size!r}")
+        self.size = size
+        self._items: OrderedDict[Hashable, object] = OrderedDict()
+
+    def _get(self, key: Hashable, make: Callable[[], object]) -> object:
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        value = make()
+        self._items[key] = value
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+        return value
+
+    def scene(self, kind: str, seed: int) -> Scene:
+        return self._get(("scene", kind, seed), lambda: render_scene(kind, seed))
+
+    def file(self, path: str) -> np.ndarray:
+        return self._get(("file", path), lambda: _read_image(path))
+
+    def __call__(self, task: Task) -> tuple[np.ndarray, ...]:
+        return images_of_task(task, self)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        """Drop every image kept (the env closes)."""
+        self._items.clear()
+
+
+def images_of_task(task: Task, cache: TaskImages | None = None) -> tuple[np.ndarray, ...]:
     """A task's images (read-only arrays): its generated scene, the files named in
-    ``assets["image_paths"]`` (read when the episode opens; the last 16 cached), or
-    the arrays in ``assets["images"]``."""
+    ``assets["image_paths"]`` (read when the episode opens), or the arrays in
+    ``assets["images"]``; decoded through ``cache`` when one is given, else anew."""
     assets = task.assets
     if "scene" in assets:
-        return (scene_of(*assets["scene"]).image,)
+        kind, seed = assets["scene"]
+        return ((cache.scene(kind, seed) if cache else scene_of(kind, seed)).image,)
     if "image_paths" in assets:
-        return tuple(_read_image(str(path)) for path in assets["image_paths"])
+        paths = [str(path) for path in assets["image_paths"]]
+        return tuple(cache.file(path) if cache else _read_image(path) for path in paths)
     if "images" in assets:
         return tuple(as_image_array(image) for image in assets["images"])
     raise InvalidConfigError(
@@ -80,8 +134,13 @@ def visual_tasks(
     kinds: Sequence[str] = SCENE_KINDS,
     size: int | None = None,
     multiple_choice: bool = True,
+    images: TaskImages | None = None,
 ) -> GeneratedTasks:
-    """The seeded task source (train: 10,000 tasks; test: 200), kinds in rotation."""
+    """The seeded task source (train: 10,000 tasks; test: 200), kinds in rotation.
+
+    ``images``: the env's :class:`TaskImages`, which keeps the scene a task was
+    written from for its episode (``None``: nothing kept, rendered again then).
+    """
     if split not in _SPLIT_OFFSET:
         raise InvalidConfigError(f"split must be 'train' or 'test', got {split!r}")
     if isinstance(kinds, str) or not kinds or not all(k in SCENE_KINDS for k in kinds):
@@ -91,7 +150,7 @@ def visual_tasks(
     def generate(split: str, index: int) -> Task:
         kind = kinds[index % len(kinds)]
         seed = 2 * index + _SPLIT_OFFSET[split]
-        scene = scene_of(kind, seed)
+        scene = images.scene(kind, seed) if images is not None else scene_of(kind, seed)
         height, width = scene.image.shape[:2]
         head = f"<image>\n{size_caption(width, height)}\n{scene.question}"
         if multiple_choice:

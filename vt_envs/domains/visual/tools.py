@@ -67,7 +67,9 @@ class ImageStore:
     tool to open creates the episode's :class:`ImageSession` from those
     images and the others join it, so a crop made with one tool can be
     zoomed with another. A closed session is never reused. One store serves
-    one env (one episode at a time).
+    one env (one episode at a time). When the env closes (its image tools'
+    :meth:`~ImageTool.aclose`), :meth:`clear` drops every image the store
+    holds, its ``task_images`` cache's too (a :class:`TaskImages`).
     """
 
     def __init__(self, task_images: Callable[[Any], Sequence[np.ndarray]]):
@@ -94,6 +96,16 @@ class ImageStore:
             self._current, self._task = current, task
         return current
 
+    def clear(self) -> None:
+        """Drop the episode's images and the decoded task images (idempotent)."""
+        if self._current is not None:
+            self._current.closed = True
+            self._current.images.clear()
+        self._current = self._task = self._loaded = None
+        clear = getattr(self.task_images, "clear", None)
+        if callable(clear):
+            clear()
+
     def tools(
         self, names: Sequence[str] | None = None, *, zoom_target: int = 672, **kwargs: Any
     ) -> list[ImageTool]:
@@ -110,7 +122,7 @@ class ImageStore:
             for name in chosen
         ]
         for tool in tools:
-            tool.bind(self.session)
+            tool.bind(self.session, release=self.clear)
         return tools
 
 
@@ -134,10 +146,19 @@ class ImageTool(Tool):
             )
         self.bbox_format = bbox_format
         self._sessions: Callable[[Any], ImageSession] | None = None
+        self._release: Callable[[], None] | None = None
 
-    def bind(self, sessions: Callable[[Any], ImageSession]) -> None:
-        """Use ``sessions(task)`` as this tool's session (the env's shared image list)."""
-        self._sessions = sessions
+    def bind(
+        self, sessions: Callable[[Any], ImageSession], release: Callable[[], None] | None = None
+    ) -> None:
+        """Use ``sessions(task)`` as this tool's session (the env's shared image list);
+        ``release()`` runs when the env closes the tool (:meth:`aclose`)."""
+        self._sessions, self._release = sessions, release
+
+    async def aclose(self) -> None:
+        """The env closes: the shared store lets go of every image it holds."""
+        if self._release is not None:
+            self._release()
 
     async def open_session(self, task: Any, *, seed: int) -> ImageSession:
         if self._sessions is None:
