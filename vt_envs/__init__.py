@@ -78,7 +78,7 @@ register_env(
     builder="vt_envs.domains.lookup:make_lookup_env",
     oracle="vt_envs.domains.lookup:LookupOracle",
     description="sanity: call `lookup` with the key from the prompt, answer its value",
-    client_kwargs=("split", "num_keys", "key_digits", "value_digits"),
+    client_kwargs=("split",),
 )
 register_env(
     "VT-Math-v0",
@@ -86,7 +86,7 @@ register_env(
     oracle="vt_envs.domains.math:MathOracle",
     baseline="vt_envs.domains.math.oracle:MathNoToolPolicy",
     description="math word/algebra problems with a sandboxed persistent Python interpreter",
-    client_kwargs=("split", "size", "families", "difficulty"),
+    client_kwargs=("split", "families", "difficulty"),
 )
 register_env(
     "VT-Search-v0",
@@ -94,7 +94,7 @@ register_env(
     oracle="vt_envs.domains.search:SearchOracle",
     baseline="vt_envs.domains.search.oracle:NoSearchPolicy",
     description="retrieval QA: search an embedded FAISS (or BM25) index of Wikipedia, EM reward",
-    client_kwargs=("split", "size", "kinds"),
+    client_kwargs=("split", "kinds"),
 )
 register_env(
     "VT-Visual-v0",
@@ -102,7 +102,7 @@ register_env(
     oracle="vt_envs.domains.visual:VisualOracle",
     baseline="vt_envs.domains.visual:NoToolPolicy",
     description="visual QA on large scenes with small targets: crop/zoom tools, images by index",
-    client_kwargs=("split", "size", "kinds", "multiple_choice", "bbox_format"),
+    client_kwargs=("split", "kinds", "multiple_choice", "bbox_format"),
 )
 register_env(
     "VT-SWE-v0",
@@ -117,7 +117,7 @@ register_env(
     builder="vt_envs.domains.sql:make_sql_env",
     oracle="vt_envs.domains.sql:SQLOracle",
     description="text-to-SQL on read-only DuckDB databases, execution-match reward",
-    client_kwargs=("split", "databases", "size_per_database"),
+    client_kwargs=("split", "databases"),
 )
 register_env(
     "VT-Multi-v0",
@@ -125,5 +125,5 @@ register_env(
     oracle="vt_envs.domains.multi:MultiOracle",
     baseline="vt_envs.domains.multi:MultiNoToolPolicy",
     description="two tools per task: SQL or search for the facts, then Python to compute",
-    client_kwargs=("split", "size", "families"),
+    client_kwargs=("split", "families"),
 )

@@ -41,12 +41,12 @@ needs_nobody = pytest.mark.skipif(
     not _as_nobody_possible, reason="needs root (to become uid 65534), setpriv and /usr/bin/python3"
 )
 
-# Runs as nobody: `requests` is a list of [method, path, body-or-null, headers]; prints
+# Runs as nobody: reads a list of [method, path, body-or-null, headers] on stdin; prints
 # each answer's status and JSON (or text) as one JSON list.
 _CLIENT = textwrap.dedent(
     """
     import http.client, json, sys
-    port, requests = int(sys.argv[1]), json.loads(sys.argv[2])
+    port, requests = int(sys.argv[1]), json.loads(sys.stdin.read())
     answers = []
     for method, path, body, headers in requests:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -71,7 +71,7 @@ def _nobody(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def _ask_as_nobody(port: int, requests: list) -> list:
-    done = _nobody([SYSTEM_PYTHON, "-I", "-c", _CLIENT, str(port), json.dumps(requests)])
+    done = _nobody([SYSTEM_PYTHON, "-I", "-c", _CLIENT, str(port)], input=json.dumps(requests))
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -85,7 +85,7 @@ def guarded():
     """One worker serving VT-Math-v0 and VT-Lookup-v0, with small caps."""
     s = Server(1, 60.0, 256, "--env", "VT-Math-v0", "--env", "VT-Lookup-v0",
                "--max-sessions-per-client", "6", "--max-body-bytes", "65536",
-               "--read-timeout-s", "2")  # fmt: skip
+               "--read-timeout-s", "2", "--write-timeout-s", "2")  # fmt: skip
     yield s
     s.stop()
 
@@ -159,17 +159,26 @@ def test_a_token_holder_asks_and_the_operator_decides(guarded, math_task, tmp_pa
     bodies = [json.dumps(c) for c in calls]
     bodies.append('{"arguments": {"code": "print(1)"}, "timeout_s": NaN}')  # Python's JSON
     bodies.append('{"arguments": {"code": "print(1)"}, "timeout_s": Infinity}')
+    bodies.append('{"arguments": {"code": "print(1)"}, "timeout_s": 1' + "0" * 400 + "}")
     answers = _ask_as_nobody(guarded.port, [["POST", path, b, _auth()] for b in bodies])
     status, ran = answers[0]
     assert status == 200 and "vt-root-secret" not in ran["text"] and "uid 0" not in ran["text"]
-    assert [s for s, _ in answers[1:]] == [400] * 5, answers
+    assert [s for s, _ in answers[1:]] == [400] * 6, answers
     assert all("timeout_s" in a["error"] for _, a in answers[1:])
+    # Malformed beyond JSON's own errors: a 400 with a reason, never a 500 or a traceback.
+    deep = "[" * 60_000  # under the 64 KB cap, far past the JSON parser's recursion limit
+    odd = [["POST", "/v1/sessions", deep, _auth()], ["POST", path, deep, _auth()],
+           ["POST", "/v1/sessions", _open(math_task, "k", env_kwargs={"key_digits": 30}),
+            _auth()]]  # fmt: skip
+    assert [s for s, _ in _ask_as_nobody(guarded.port, odd)] == [400, 400, 403]
 
 
 @needs_nobody
 def test_sessions_bodies_and_images_are_capped(guarded, math_task):
-    # Sessions per client: 6 here (the previous test holds one); the next is 429, not a hang.
-    opens = [["POST", "/v1/sessions", _open(math_task, f"cap-{i}"), _auth()] for i in range(7)]
+    # Sessions per client: 6 here (the previous test holds one); the next is 429, not a hang,
+    # whatever address the client claims to forward for.
+    opens = [["POST", "/v1/sessions", _open(math_task, f"cap-{i}"),
+              {**_auth(), "X-Forwarded-For": f"10.0.0.{i}"}] for i in range(7)]  # fmt: skip
     statuses = [s for s, _ in _ask_as_nobody(guarded.port, opens)]
     assert statuses[-1] == 429 and statuses.count(200) == 5, statuses
     # A body over 64 KB: 413 before the server parses it.
@@ -317,3 +326,189 @@ def test_reply_images_are_checked_before_decoding():
 
     decoded = decode_result({"text": "", "ok": True, "images": [_png(small)]})
     assert decoded.images[0].shape == (4, 4, 3)
+
+
+def test_a_client_that_stops_reading_is_dropped(guarded):
+    """Pipelined requests whose replies are never read: the server's writes block, and
+    write_timeout_s (2 s) later it drops the connection instead of holding it forever.
+    (/metrics: its ~2 KB replies fill the socket buffers in seconds; /health's take a
+    minute, to the same end.)"""
+    import select
+
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # a tiny receive window
+    s.connect(("127.0.0.1", guarded.port))
+    s.setblocking(False)
+    request = f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    chunk = request.encode() * 500
+    start, closed = time.monotonic(), None
+    while closed is None and time.monotonic() - start < 90:
+        _, writable, _ = select.select([], [s], [], 0.2)
+        try:
+            if writable:
+                s.send(chunk)
+        except BlockingIOError:
+            pass
+        except OSError:  # reset by the server
+            closed = time.monotonic() - start
+    s.close()
+    assert closed is not None, "the connection was held for 90 s"
+    assert guarded.metrics()["vt_tool_server_write_timeouts_total"] >= 1
+    assert httpx.get(f"{guarded.url}/health", timeout=5).status_code == 200
+
+
+class _FakeServer:
+    """A hostile tool server on loopback (stdlib): ``mode`` picks what a call answers."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _reply(self, payload, length=None):
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(length or len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._reply({"workers": [f"http://127.0.0.1:{fake.port}"]})
+
+            def do_DELETE(self):
+                self._reply({"closed": True})
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.path == "/v1/sessions":
+                    return self._reply({"session": "s", "lease_s": 60})
+                self._reply(*fake.answers[fake.mode]())
+
+        self.mode = "ok"
+        self.answers = _fake_answers()
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+def _fake_answers() -> dict:
+    from vt_envs.server.protocol import _png
+
+    def result(**fields):
+        return ({"text": "42", "images": [], "ok": True, "error": None, "metrics": {},
+                 "ends_episode": None, **fields},)  # fmt: skip
+
+    tiny, big = _png(np.zeros((4, 4, 3), np.uint8)), _png(np.zeros((3000, 3000, 3), np.uint8))
+    return {
+        "ok": lambda: result(),
+        "huge_text": lambda: result(text="7" * (20 << 20)),
+        "many_images": lambda: result(images=[tiny] * 17),
+        "many_pixels": lambda: result(images=[big] * 8),  # 72 MP in all, 9 MP each
+        "declared_huge": lambda: (b"{}", 1 << 30),
+        "not_the_protocol": lambda: result(ok="yes", ends_episode=5),
+        "not_an_object": lambda: ([1, 2],),
+    }
+
+
+def test_a_hostile_server_cannot_flood_or_crash_the_client():
+    """gym.make(id, tool_server=...) against a server that answers too much or garbage:
+    each call is a bounded failed (or cut) observation, the episode goes on."""
+    import tracemalloc
+
+    fake = _FakeServer()
+    env = gym.make("VT-Lookup-v0", tool_server=f"http://127.0.0.1:{fake.port}",
+                   tool_server_token=TOKEN, max_observation_tokens=64)  # fmt: skip
+    try:
+        env.reset(seed=0)
+        _, _, _, _, info = env.step("<lookup>k</lookup>")
+        assert info["tool"]["ok"]
+        for mode in ["huge_text", "many_images", "many_pixels", "declared_huge",
+                     "not_the_protocol", "not_an_object"]:  # fmt: skip
+            fake.mode = mode
+            tracemalloc.start()
+            start = time.monotonic()
+            obs, _, terminated, truncated, info = env.step("<lookup>k</lookup>")
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            assert time.monotonic() - start < 10, mode
+            assert peak < 200 << 20, (mode, peak >> 20)  # a 20 MB text, not gigabytes
+            if mode == "huge_text":
+                assert info["tool"]["ok"] and len(obs["tokens"]) <= 200
+            else:
+                assert info["tool"]["error"] == "tool_server_error", (mode, info["tool"])
+            if terminated or truncated:
+                env.reset(seed=1)
+    finally:
+        env.close()
+        fake.close()
+
+
+def test_built_configurations_are_evicted_when_unused():
+    """Past max_env_configs (2 here) the least recently used configuration without open
+    sessions is closed to build a new one; when every one is in use, 429."""
+    from vt_envs.server.config import Refused
+
+    def body(episode, num_keys):
+        local = vt_envs.make("VT-Lookup-v0", split="test", num_keys=num_keys)
+        ref = task_ref(local.tasks[0])
+        local.close()
+        return {"episode": episode, "env_id": "VT-Lookup-v0", "tool": "lookup",
+                "env_kwargs": {"split": "test", "num_keys": num_keys}, "task": ref}  # fmt: skip
+
+    async def scenario():
+        config = ServerConfig.build(
+            {"VT-Lookup-v0": {"client_kwargs": ["split", "num_keys"]}},
+            limits={"max_env_configs": 2},
+        )
+        server = ToolServer(config, token=TOKEN)
+        try:
+            await server.open(body("a", 4))
+            b = (await server.open(body("b", 5)))["session"]
+            await server.close(b)  # the num_keys=5 build is now unused
+            await server.open(body("c", 7))  # evicts it
+            assert len(server._toolsets) == 2
+            assert not any('"num_keys": 5' in key for key in server._toolsets)
+            with pytest.raises(Refused) as full:  # both builds in use
+                await server.open(body("d", 9))
+            assert full.value.status == 429
+        finally:
+            await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_generated_source_is_never_generated_whole_for_a_clients_id():
+    from vt_envs.core.task import GeneratedTasks, Task
+
+    made = []
+
+    def generate(split, index):
+        made.append(index)
+        return Task(f"g/{split}/{index}", f"task {index}")
+
+    source = GeneratedTasks(generate, 10**9, name="g", split="train")
+    assert source.find("g/train/123", scan=False).prompt == "task 123"
+    assert source.find("not-conventional", scan=False) is None
+    assert source.find("g/train/" + "9" * 300, scan=False) is None
+    assert made == [123]
+
+
+def test_tokens_and_fixed_values():
+    from vt_envs.server.config import Refused
+
+    with pytest.raises(InvalidConfigError, match="at least 16"):
+        ToolServer(ServerConfig.build(["VT-Lookup-v0"]), token="short")
+    config = ServerConfig.build({"VT-Math-v0": {"kwargs": {"dataset": "/srv/secret.jsonl"},
+                                                "client_kwargs": ["split"]}})  # fmt: skip
+    with pytest.raises(Refused) as refused:
+        config.served("VT-Math-v0").build_kwargs({"dataset": "/other"})
+    assert refused.value.status == 403 and "secret" not in refused.value.reason

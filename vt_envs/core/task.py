@@ -74,10 +74,19 @@ class TaskSource(Sequence[Task]):
 
     def get(self, task_id: str) -> Task:
         """Return the task whose id is ``task_id``; raises :class:`UnknownTaskError`."""
-        index = self._index_of().get(task_id)
-        if index is None:
+        task = self.find(task_id)
+        if task is None:
             raise UnknownTaskError(task_id, f"{self.name}/{self.split}", self._index_of())
-        return self[index]
+        return task
+
+    def find(self, task_id: str, *, scan: bool = True) -> Task | None:
+        """The task whose id is ``task_id``, or ``None``. ``scan=False``: only what the
+        source resolves without making or loading its other tasks (a generated source of
+        10**9 tasks must not be generated to look up an id a tool server's client sent)."""
+        if not scan and getattr(self, "_id_index", None) is None:
+            return None
+        index = self._index_of().get(task_id)
+        return None if index is None else self[index]
 
     def _index_of(self) -> dict[str, int]:
         cached = getattr(self, "_id_index", None)
@@ -110,6 +119,10 @@ class TaskList(TaskSource):
 
     def _load(self, index: int) -> Task:
         return self._tasks[index]
+
+    def find(self, task_id: str, *, scan: bool = True) -> Task | None:
+        # Held in memory: indexing every id is cheap, so a lookup always may.
+        return super().find(task_id, scan=True)
 
 
 class GeneratedTasks(TaskSource):
@@ -144,11 +157,12 @@ class GeneratedTasks(TaskSource):
             task = self._cache[index] = self._generate(self.split, index)
         return task
 
-    def get(self, task_id: str) -> Task:
-        """Like :meth:`TaskSource.get`; ids of the conventional form
+    def find(self, task_id: str, *, scan: bool = True) -> Task | None:
+        """Like :meth:`TaskSource.find`; ids of the conventional form
         ``"{name}/{split}/{index}"`` resolve without generating the whole split."""
         prefix = f"{self.name}/{self.split}/"
         suffix = task_id[len(prefix) :] if task_id.startswith(prefix) else ""
-        if suffix.isdigit() and int(suffix) < len(self) and self[int(suffix)].id == task_id:
-            return self[int(suffix)]
-        return super().get(task_id)
+        index = int(suffix) if suffix.isdigit() and len(suffix) <= 18 else len(self)
+        if index < len(self) and self[index].id == task_id:
+            return self[index]
+        return super().find(task_id, scan=scan)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import itertools
 import json
@@ -51,11 +52,12 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from vt_envs.core.tool import Tool, ToolResult, validate_arguments
-from vt_envs.errors import InvalidConfigError, UnknownTaskError, VTError
+from vt_envs.errors import InvalidConfigError
 from vt_envs.server.config import Refused, ServerConfig
 from vt_envs.server.protocol import encode_result, prompt_digest
 
@@ -67,6 +69,9 @@ LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 120
 _UNWIND_S = 5.0  # how long a cancelled call may take to unwind
 _LAG_PROBE_S = 0.05  # how often the event loop's lag is sampled
 _MAX_ID_CHARS = 256  # episode ids, tool names, task ids
+_BUILD_THREADS = 2  # the server's own pool for env builds and task lookups
+_MAX_QUEUED = 16  # jobs that may wait for it before new ones get 503
+_MIN_TOKEN_CHARS = 16
 
 
 @dataclass
@@ -78,6 +83,7 @@ class _Session:
     expires: float
     lock: asyncio.Lock | None
     client: str = ""
+    config: str = ""  # the key of the built configuration it belongs to
     busy: int = 0
 
 
@@ -91,6 +97,7 @@ class _Metrics:
     reaped: int = 0
     rejected: int = 0
     shed: int = 0
+    write_timeouts: int = 0
     timeouts: int = 0
     recoveries: int = 0
 
@@ -142,6 +149,11 @@ class ToolServer:
                 "loopback for a local experiment, pass insecure_no_token=True "
                 "(--insecure-no-token)"
             )
+        if token and len(token) < _MIN_TOKEN_CHARS:
+            raise InvalidConfigError(
+                f"the token has {len(token)} characters; use at least {_MIN_TOKEN_CHARS} "
+                'random ones (python -c "import secrets; print(secrets.token_hex(16))")'
+            )
         self.config = config or ServerConfig.build()
         self.limits = self.config.limits
         self.token = token or None
@@ -152,8 +164,10 @@ class ToolServer:
         self._by_key: dict[tuple[str, str], str] = {}
         self._per_client: Counter = Counter()  # client address -> sessions (and opening)
         self._opening = 0  # sessions being opened now
-        self._toolsets: dict[str, Any] = {}  # config key -> built env (its tools)
+        self._toolsets: dict[str, Any] = {}  # config key -> built env, least recent first
         self._building: dict[str, asyncio.Lock] = {}
+        self._pool = ThreadPoolExecutor(_BUILD_THREADS, thread_name_prefix="vt-tool-server")
+        self._offloaded = 0  # jobs on (or waiting for) the pool
         self._ids = itertools.count()
         self.inflight = 0
         self.lag_s = 0.0  # the event loop's recent lag (see _watch_lag)
@@ -179,6 +193,7 @@ class ToolServer:
             with contextlib.suppress(Exception):
                 await env.aclose()
         self._toolsets.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def _reap_forever(self) -> None:
         while True:
@@ -216,34 +231,64 @@ class ToolServer:
         given = given.strip() if scheme.lower() == "bearer" else ""
         return hmac.compare_digest(given.encode(), self.token.encode())
 
-    async def _toolset(self, env_id: str, kwargs: Mapping[str, Any]) -> Any:
+    async def _offload(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` on this server's own small pool (builds and task lookups can take
+        long, and a thread cannot be stopped): past ``_MAX_QUEUED`` waiting jobs, 503."""
+        if self._offloaded >= _BUILD_THREADS + _MAX_QUEUED:
+            raise Busy("the server is busy building envs and resolving tasks", 2.0)
+        self._offloaded += 1
+        try:
+            call = functools.partial(fn, *args, **kwargs)
+            return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        finally:
+            self._offloaded -= 1
+
+    async def _toolset(self, env_id: str, kwargs: Mapping[str, Any]) -> tuple[str, Any]:
+        """``(config key, built env)`` for these keywords, built once and kept while used;
+        past ``max_env_configs`` the least recently used unused one is closed, else 429."""
         key = json.dumps([env_id, kwargs], sort_keys=True)
         if key not in self._toolsets:
-            building = len(set(self._building) - {key})  # others being built now
-            if len(self._toolsets) + building >= self.limits.max_env_configs:
-                raise Refused(
-                    429,
-                    f"this server keeps at most {self.limits.max_env_configs} built "
-                    "configurations (env id + client keywords) and has no room for another",
-                )
             lock = self._building.setdefault(key, asyncio.Lock())
             try:
                 async with lock:
                     if key not in self._toolsets:
-                        import vt_envs
-
-                        # Building may load data or an index: off the event loop.
-                        try:
-                            env = await asyncio.to_thread(vt_envs.make, env_id, **kwargs)
-                        except (VTError, TypeError, ValueError) as exc:  # the client's values
-                            raise Refused(400, f"{env_id}: {type(exc).__name__}: {exc}") from exc
-                        if getattr(env, "verifier_reads_tools", False):
-                            await env.aclose()
-                            raise Refused(403, f"{env_id}'s tools cannot be served remotely")
-                        self._toolsets[key] = env
+                        await self._make_room_for_a_config(key)
+                        self._toolsets[key] = await self._build(env_id, kwargs)
             finally:
                 self._building.pop(key, None)
-        return self._toolsets[key]
+        self._toolsets[key] = self._toolsets.pop(key)  # most recently used last
+        return key, self._toolsets[key]
+
+    async def _make_room_for_a_config(self, key: str) -> None:
+        building = len(set(self._building) - {key})  # others being built now
+        while len(self._toolsets) + building >= self.limits.max_env_configs:
+            in_use = {session.config for session in self.sessions.values()}
+            idle = next((k for k in self._toolsets if k not in in_use), None)  # LRU first
+            if idle is None:
+                raise Refused(
+                    429,
+                    f"this server keeps at most {self.limits.max_env_configs} built "
+                    "configurations (env id + client keywords), all in use",
+                    retry_after_s=5.0,
+                )
+            with contextlib.suppress(Exception):
+                await self._toolsets.pop(idle).aclose()
+
+    async def _build(self, env_id: str, kwargs: Mapping[str, Any]) -> Any:
+        import vt_envs
+
+        try:
+            env = await self._offload(vt_envs.make, env_id, **kwargs)
+        except Refused:
+            raise
+        except Exception as exc:  # the client's values (the operator's were checked at start)
+            logger.warning("building %s with %s failed: %r", env_id, kwargs, exc)
+            raise Refused(400, f"{env_id} cannot be built with {kwargs}: "
+                               f"{type(exc).__name__}: {exc}"[:1000]) from None  # fmt: skip
+        if getattr(env, "verifier_reads_tools", False):
+            await env.aclose()
+            raise Refused(403, f"{env_id}'s tools cannot be served remotely")
+        return env
 
     async def open(self, body: Any, client: str = "") -> dict[str, Any]:
         """Open (or find) the session of ``body["episode"]``'s tool ``body["tool"]``.
@@ -271,7 +316,7 @@ class ToolServer:
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise Refused(400, f"seed must be an integer, got {seed!r:.40}")
         self._check_room(client)
-        env = await self._toolset(served.id, kwargs)
+        config, env = await self._toolset(served.id, kwargs)
         tool = env.tools.get(key[1])
         if tool is None:
             raise Refused(403, f"{served.id} has no tool {key[1]!r}; it has {sorted(env.tools)}")
@@ -292,7 +337,7 @@ class ToolServer:
         sid = f"{next(self._ids)}-{secrets.token_hex(8)}"
         lock = None if tool.concurrent_calls else asyncio.Lock()
         expires = time.monotonic() + self.lease_s
-        self.sessions[sid] = _Session(sid, key, tool, state, expires, lock, client)
+        self.sessions[sid] = _Session(sid, key, tool, state, expires, lock, client, config)
         self._by_key[key] = sid
         self.metrics.opened += 1
         return {"session": sid, "lease_s": self.lease_s}
@@ -320,14 +365,20 @@ class ToolServer:
         """The task ``ref`` names, from ``env``'s own task source (never the client's)."""
         task_id = ref["id"]
         try:
-            # Off the loop: the first lookup of an id may index the whole source.
-            task = await asyncio.to_thread(env.tasks.get, task_id)
-        except UnknownTaskError:
+            # Only what the source resolves directly (a client's id never makes a generated
+            # source generate itself whole), off the loop: making one task may take a while.
+            task = await self._offload(env.tasks.find, task_id, scan=False)
+        except Refused:
+            raise
+        except Exception as exc:
+            raise Refused(400, f"{env_id}'s task {task_id!r} could not be made: "
+                               f"{type(exc).__name__}") from None  # fmt: skip
+        if task is None:
             raise Refused(
                 422,
                 f"{env_id} on this server has no task {task_id!r} (in {env.tasks.name}/"
                 f"{env.tasks.split}); tasks given inline cannot run on a tool server",
-            ) from None
+            )
         if prompt_digest(str(task.prompt)) != ref["prompt_sha256"]:
             raise Refused(
                 409,
@@ -479,6 +530,8 @@ class ToolServer:
                [("", m.rejected)])  # fmt: skip
         metric("shed_total", "counter", "Calls refused with 503 (the loop lagged).",
                [("", m.shed)])  # fmt: skip
+        metric("write_timeouts_total", "counter", "Connections dropped: the client did not "
+               "read a reply.", [("", m.write_timeouts)])  # fmt: skip
         refused = [(f'{{status="{c}"}}', n) for c, n in sorted(m.refused.items())]
         metric("refused_total", "counter", "Requests refused, by HTTP status.", refused)
         metric("session_recoveries_total", "counter", "Sessions recovered after an overrun.",
@@ -525,9 +578,13 @@ def _deadline(value: Any) -> float:
     compares false with everything and would never fire)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Refused(400, f"timeout_s must be a number of seconds, got {value!r:.40}")
-    if not math.isfinite(value) or value <= 0:
-        raise Refused(400, f"timeout_s must be finite and > 0, got {value!r}")
-    return float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int past a float's range
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise Refused(400, f"timeout_s must be finite and > 0, got {seconds!r}")
+    return seconds
 
 
 def create_app(server: ToolServer) -> Any:
@@ -554,14 +611,17 @@ def create_app(server: ToolServer) -> Any:
                 return await handler(request)
             except Refused as exc:
                 return refusal(exc)
+            except Exception:  # a server bug: logged here, no traceback for the client
+                logger.exception("%s %s failed", request.method, request.url.path)
+                return JSONResponse({"error": "internal error"}, status_code=500)
 
         return route
 
     async def body(request: Request) -> Any:
         try:
             return json.loads(await request.body())
-        except ValueError as exc:
-            raise Refused(400, f"the request body is not JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
+            raise Refused(400, f"the request body is not JSON: {type(exc).__name__}") from None
 
     async def health(request: Request):
         if server.token is not None and not server.authorized(request.headers.get("authorization")):
@@ -612,18 +672,20 @@ def create_app(server: ToolServer) -> Any:
         ],
         lifespan=lifespan,
     )
-    limits = server.limits
-    return BoundedRequests(app, server, limits.max_body_bytes, limits.read_timeout_s)
+    return BoundedRequests(app, server)
 
 
 class BoundedRequests:
-    """ASGI middleware: reads each request's whole body before the app sees it, refusing
-    one larger than ``max_body_bytes`` (413, also when ``Content-Length`` says so) or
-    slower than ``read_timeout_s`` to arrive (408); then replays it to the app."""
+    """ASGI middleware bounding each request's body (the server's limits): reads it
+    whole before the app sees it, refusing one larger than ``max_body_bytes`` (413, also
+    when ``Content-Length`` says so) or slower than ``read_timeout_s`` to arrive (408),
+    then replays it to the app. (Headers and writes are bounded by the connection's
+    protocol: :func:`vt_envs.server.cli.bounded_protocol`.)"""
 
-    def __init__(self, app: Any, server: ToolServer, max_body_bytes: int, read_timeout_s: float):
+    def __init__(self, app: Any, server: ToolServer):
         self.app, self.server = app, server
-        self.max_body_bytes, self.read_timeout_s = max_body_bytes, read_timeout_s
+        limits = server.limits
+        self.max_body_bytes, self.read_timeout_s = limits.max_body_bytes, limits.read_timeout_s
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "serve_worker"]
+__all__ = ["bounded_protocol", "main", "serve_worker"]
 
 TOKEN_ENV = "VT_TOOL_SERVER_TOKEN"
 _LIMIT_FLAGS = {
@@ -44,6 +44,7 @@ _LIMIT_FLAGS = {
     "max_sessions_per_client": int,
     "max_body_bytes": int,
     "read_timeout_s": float,
+    "write_timeout_s": float,
     "max_connections": int,
     "max_env_configs": int,
     "shed_lag_s": float,
@@ -110,56 +111,82 @@ def serve_worker(host: str, port: int, workers: list[str], args: argparse.Namesp
     limits = config.limits
     uvicorn.run(
         create_app(server), host=host, port=port, log_level=args.log_level, access_log=False,
-        http=_protocol(limits.read_timeout_s), limit_concurrency=limits.max_connections,
+        http=bounded_protocol(limits.read_timeout_s, limits.write_timeout_s, server.metrics),
+        limit_concurrency=limits.max_connections,
+        # The peer's own address: X-Forwarded-For from a loopback client would otherwise
+        # choose the address the per-client session cap counts against.
+        proxy_headers=False,
         # Longer than clients keep idle connections (2 s), so a client never reuses one the
         # server is closing (a ReadError that a non-idempotent call could not retry).
         timeout_keep_alive=30, timeout_graceful_shutdown=5,
     )  # fmt: skip
 
 
-def _protocol(read_timeout_s: float) -> type:
-    """uvicorn's h11 protocol with a deadline on request headers: a connection whose
-    next request's headers have not all arrived ``read_timeout_s`` after it opened (or
-    after its first byte) is closed. uvicorn itself only times out idle keep-alive
-    connections, so without this a client that trickles headers holds a connection
-    forever (slowloris)."""
+def bounded_protocol(read_timeout_s: float, write_timeout_s: float, metrics: Any = None) -> type:
+    """uvicorn's h11 protocol with deadlines uvicorn lacks (it only times out idle
+    keep-alive connections), so no client can hold a connection forever:
+
+    - **headers**: a connection whose next request's headers have not all arrived
+      ``read_timeout_s`` after it opened (or after its last reply) is closed — a client
+      that trickles headers (slowloris);
+    - **writes**: a connection whose writes stay blocked ``write_timeout_s`` (the client
+      stopped reading, e.g. pipelining requests it never reads the answers of) is
+      aborted; ``metrics.write_timeouts`` counts them.
+    """
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class HeaderDeadline(H11Protocol):
+    class BoundedH11(H11Protocol):
         _header_timer: Any = None
+        _write_timer: Any = None
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._arm()
+            self._header_timer = self.loop.call_later(read_timeout_s, self._headers_late)
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
             if self._in_request():
-                self._disarm()
+                self._cancel("_header_timer")
             elif self._header_timer is None:
-                self._arm()
+                self._header_timer = self.loop.call_later(read_timeout_s, self._headers_late)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._write_timer is None:
+                self._write_timer = self.loop.call_later(write_timeout_s, self._writes_stuck)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._cancel("_write_timer")
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
+            self._cancel("_header_timer")
+            self._cancel("_write_timer")
             super().connection_lost(exc)
 
         def _in_request(self) -> bool:
             return self.cycle is not None and not self.cycle.response_complete
 
-        def _arm(self) -> None:
-            self._header_timer = self.loop.call_later(read_timeout_s, self._expire)
+        def _cancel(self, name: str) -> None:
+            timer = getattr(self, name)
+            if timer is not None:
+                timer.cancel()
+                setattr(self, name, None)
 
-        def _disarm(self) -> None:
-            if self._header_timer is not None:
-                self._header_timer.cancel()
-                self._header_timer = None
-
-        def _expire(self) -> None:
+        def _headers_late(self) -> None:
             self._header_timer = None
             if not self._in_request() and not self.transport.is_closing():
                 self.transport.close()
 
-    return HeaderDeadline
+        def _writes_stuck(self) -> None:
+            self._write_timer = None
+            if metrics is not None:
+                metrics.write_timeouts += 1
+            # abort, not close: close would wait to flush what the client will not read.
+            # connection_lost then releases the reply that waits to drain.
+            self.transport.abort()
+
+    return BoundedH11
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -44,13 +44,15 @@ from vt_envs.core.tool import Tool, ToolResult
 from vt_envs.errors import InvalidConfigError, ToolServerRefusedError
 from vt_envs.server.protocol import ERROR_KINDS, decode_result, task_ref
 
-__all__ = ["RemoteTool", "ToolServerClient", "attach_tool_server"]
+__all__ = ["MAX_REPLY_BYTES", "RemoteTool", "ToolServerClient", "attach_tool_server"]
 
 TOKEN_ENV = "VT_TOOL_SERVER_TOKEN"
 _BACKSTOP_LEAD_S = 0.25  # a call's request gives up this long before the env's backstop
 _OPEN_TIMEOUT_S = 120.0  # opening may build the env's tools on the server once
 _UNREACHABLE_S = 5.0  # how long a refused connection is retried (a worker restarting)
 _REFUSALS = (400, 403, 409, 413, 422)  # the request itself is wrong: repeating cannot help
+#: The largest reply read from a server (images travel as base64 PNG inside it).
+MAX_REPLY_BYTES = 64 << 20
 
 
 class _Failure(Exception):
@@ -130,12 +132,7 @@ class ToolServerClient:
 
         try:
             # asyncio's timeout bounds the whole request; httpx's applies per phase.
-            reply = await asyncio.wait_for(
-                self._http(url).request(
-                    method, url, json=None if body is None else dict(body), timeout=timeout_s
-                ),
-                timeout_s,
-            )
+            reply = await asyncio.wait_for(self._send(method, url, body, timeout_s), timeout_s)
         except asyncio.TimeoutError as exc:
             raise _Failure("tool_server_timeout", "no answer in time") from exc
         except httpx.ConnectError as exc:
@@ -163,6 +160,28 @@ class ToolServerClient:
         if not isinstance(answer, dict):
             raise _Failure("tool_server_error", "the reply was not a JSON object")
         return answer
+
+    async def _send(
+        self, method: str, url: str, body: Mapping[str, Any] | None, timeout_s: float
+    ) -> Any:
+        """The reply, read whole but never past :data:`MAX_REPLY_BYTES` (a server, or
+        whatever sits on the wire, cannot make this process hold more)."""
+        import httpx
+
+        payload = None if body is None else dict(body)
+        async with self._http(url).stream(method, url, json=payload, timeout=timeout_s) as reply:
+            declared = reply.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_REPLY_BYTES:
+                raise _Failure("tool_server_error", f"a reply of {declared} bytes")
+            chunks, size = [], 0
+            async for chunk in reply.aiter_bytes():  # decoded: a compressed bomb counts too
+                size += len(chunk)
+                if size > MAX_REPLY_BYTES:
+                    raise _Failure("tool_server_error", f"a reply over {MAX_REPLY_BYTES} bytes")
+                chunks.append(chunk)
+        headers = [(k, v) for k, v in reply.headers.items()
+                   if k.lower() not in ("content-encoding", "content-length")]  # fmt: skip
+        return httpx.Response(reply.status_code, headers=headers, content=b"".join(chunks))
 
     async def workers(self, timeout_s: float = 10.0) -> list[str]:
         """The server's workers, at the host this client was given (a server bound to
@@ -260,7 +279,10 @@ class RemoteTool(Tool):
             if failure.kind == "session_lost":
                 session.failure = failure  # its state is gone for good
             return _failed(self.name, failure)
-        return decode_result(answer)
+        try:
+            return decode_result(answer)
+        except (KeyError, TypeError, ValueError) as exc:  # not the protocol's, or over a cap
+            return _failed(self.name, _Failure("tool_server_error", f"a bad reply: {exc}"))
 
     async def close_session(self, session: _RemoteSession | None) -> None:
         if session is None or session.id is None:

@@ -63,6 +63,9 @@ class Limits:
         max_body_bytes: the largest request body (413 beyond; checked while reading).
         read_timeout_s: how long a request's headers, and then its body, may take to
             arrive (a connection that sends them slower is closed / answered 408).
+        write_timeout_s: how long one write of a reply may wait for the client to read
+            (a client that stops reading, e.g. one pipelining requests it never reads
+            the answers of, has its connection closed).
         max_connections: open connections; past it uvicorn answers 503.
         max_env_configs: distinct (env id, client keywords) configurations built
             and kept; a request for a new one past it gets 429.
@@ -76,6 +79,7 @@ class Limits:
     max_inflight: int = 256
     max_body_bytes: int = 1 << 20
     read_timeout_s: float = 10.0
+    write_timeout_s: float = 10.0
     max_connections: int = 2048
     max_env_configs: int = 16
     lease_s: float = 300.0
@@ -120,11 +124,11 @@ class ServedEnv:
         allowed = sorted(self.client_kwargs)
         for key, value in asked.items():
             if key in self.kwargs:
-                if value != self.kwargs[key]:
+                if value != self.kwargs[key]:  # (the operator's value is not echoed)
                     raise Refused(
                         403,
-                        f"{self.id}: {key} is fixed by this server's operator to "
-                        f"{self.kwargs[key]!r}; a client may not set it to {value!r}",
+                        f"{self.id}: {key} is fixed by this server's operator; a client may "
+                        "not set it to another value (leave it out)",
                     )
                 continue
             if key not in self.client_kwargs:

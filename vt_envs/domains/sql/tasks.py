@@ -113,16 +113,22 @@ class _SQLTasks(GeneratedTasks):
         super().__init__(generate, size, name="sql", split=split)
         self._databases = databases
 
-    def get(self, task_id: str) -> Task:
+    def find(self, task_id: str, *, scan: bool = True) -> Task | None:
         parts = task_id.split("/")
         if len(parts) == 4 and parts[0] == "sql" and parts[2] == self.split:
             db, k = parts[1], parts[3]
-            if db in self._databases and k.isdigit():
+            if db in self._databases and k.isdigit() and len(k) <= 18:
                 index = int(k) * len(self._databases) + self._databases.index(db)
                 if index < len(self):
                     return self[index]
-        examples = [self[i].id for i in range(min(5, len(self)))]
-        raise UnknownTaskError(task_id, f"{self.name}/{self.split}", examples)
+        return None  # every id maps to its index: nothing to scan for
+
+    def get(self, task_id: str) -> Task:
+        task = self.find(task_id)
+        if task is None:
+            examples = [self[i].id for i in range(min(5, len(self)))]
+            raise UnknownTaskError(task_id, f"{self.name}/{self.split}", examples)
+        return task
 
 
 def _keys_json(keys: Mapping[str, Any]) -> str:
