@@ -42,6 +42,7 @@ from vt_envs.errors import SandboxUnavailableError
 from vt_envs.sandbox import seccomp
 from vt_envs.sandbox.cgroups import cgroup_support
 from vt_envs.sandbox.policy import SandboxPolicy, UnsafeSandboxWarning
+from vt_envs.sandbox.volume import split_holder_path, volume_tools
 
 __all__ = [
     "INSIDE_SOURCE",
@@ -50,6 +51,7 @@ __all__ = [
     "WeakerSandboxWarning",
     "describe",
     "find_bwrap",
+    "holder_entry",
     "masked_in_sandbox",
     "resolve_isolation",
 ]
@@ -229,7 +231,22 @@ class Isolation:
 
         ``binds`` (sandbox path -> host path) are bound read-only by bwrap,
         ``rw_binds`` read-write; the other backends do it inside (see ``inside.py``).
+        A source under ``/proc/<pid>/root/`` is a path in the mount namespace of a
+        :class:`~vt_envs.sandbox.volume.Volume`'s holder: the sandbox is then started in
+        that namespace (``nsenter``), where the path is bound as the holder sees it.
         """
+        if self.backend == "none":  # nothing is bound: the code runs on the host's paths
+            return self._command(ctrl_fd, workdir, {}, {})
+        enter, binds, rw_binds = holder_entry(binds or {}, rw_binds or {})
+        return [*enter, *self._command(ctrl_fd, workdir, binds, rw_binds)]
+
+    def _command(
+        self,
+        ctrl_fd: int,
+        workdir: str,
+        binds: Mapping[str, str],
+        rw_binds: Mapping[str, str],
+    ) -> list[str]:
         inner = [
             self.policy.python,
             "-s",
@@ -314,6 +331,38 @@ class Isolation:
                 *inner,
             ]
         return inner
+
+
+def holder_entry(
+    binds: Mapping[str, str], rw_binds: Mapping[str, str]
+) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """``(argv prefix, binds, rw_binds)``: the ``nsenter`` that joins the namespaces of the
+    volume holder named by bind sources under ``/proc/<pid>/root/`` (empty if none), and
+    the binds with those sources as the holder sees them. Sources of two holders: refused."""
+    pids: set[int] = set()
+
+    def inner(mapping: Mapping[str, str]) -> dict[str, str]:
+        out = {}
+        for target, source in mapping.items():
+            pid, path = split_holder_path(source)
+            if pid is not None:
+                pids.add(pid)
+            out[target] = path
+        return out
+
+    binds, rw_binds = inner(binds), inner(rw_binds)
+    if not pids:
+        return [], binds, rw_binds
+    if len(pids) > 1:
+        raise ValueError(f"bind sources in the namespaces of several processes: {sorted(pids)}")
+    (pid,) = pids
+    _, nsenter = volume_tools()
+    argv = [nsenter, f"--target={pid}", "--mount"]
+    # Without root the holder has its own user namespace (it may mount there); join it
+    # too, keeping our credentials, so bubblewrap can make its user namespace below it.
+    if os.stat(f"/proc/{pid}/ns/user").st_ino != os.stat("/proc/self/ns/user").st_ino:
+        argv += ["--user", "--preserve-credentials"]
+    return [*argv, "--"], binds, rw_binds
 
 
 _PROBED: dict[tuple[str, str], Isolation | str] = {}

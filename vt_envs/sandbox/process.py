@@ -34,6 +34,7 @@ from vt_envs.core.tool import check_timeout
 from vt_envs.errors import SandboxUnavailableError
 from vt_envs.sandbox.cgroups import Cgroup
 from vt_envs.sandbox.isolation import INSIDE_SOURCE, Isolation
+from vt_envs.sandbox.volume import split_holder_path
 
 __all__ = ["Captured", "SandboxProcess", "WorkerLost", "pids_of_uid", "process_tree"]
 
@@ -323,10 +324,8 @@ class SandboxProcess:
             "max_repr_chars": max_repr_chars,
             "service": dict(service) if service else None,
             # bwrap binds them itself; the unshare backend's inside.py does it as root
-            "binds": [[h, t] for t, h in binds.items()] if isolation.backend == "unshare" else [],
-            "rw_binds": (
-                [[h, t] for t, h in rw_binds.items()] if isolation.backend == "unshare" else []
-            ),
+            "binds": _inside_binds(binds) if isolation.backend == "unshare" else [],
+            "rw_binds": _inside_binds(rw_binds) if isolation.backend == "unshare" else [],
             "hidden": (
                 [os.path.realpath(p) for p in policy.hidden_paths]
                 if isolation.backend == "unshare"
@@ -677,8 +676,17 @@ def _check_binds(binds: Mapping[str, str]) -> dict[str, str]:
             raise ValueError(f"bind targets must be under /tmp/ (not the work dir), got {target!r}")
         if not os.path.exists(source):
             raise FileNotFoundError(f"bind source {source!r} does not exist")
-        checked[target] = os.path.realpath(source)
+        # A path into a volume holder's namespace stays as written: resolving it here
+        # would lead to the host's (empty) mount point (see Isolation.command).
+        pid, _ = split_holder_path(source)
+        checked[target] = os.path.normpath(source) if pid else os.path.realpath(source)
     return checked
+
+
+def _inside_binds(binds: Mapping[str, str]) -> list[list[str]]:
+    """``[source, target]`` pairs for ``inside.py``, sources as the sandbox's mount
+    namespace sees them (a volume holder's, where the sandbox was started in it)."""
+    return [[split_holder_path(source)[1], target] for target, source in binds.items()]
 
 
 def _encode_files(files: dict[str, str | bytes]) -> dict[str, list[str]]:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
+import threading
+import time
 
+import gymnasium as gym
 import pytest
 
+import vt_envs  # noqa: F401  (registers the ids)
 from vt_envs.domains.swe.editor import EditorTool
 from vt_envs.domains.swe.files import PathError, SafeRoot
 from vt_envs.domains.swe.workspace import Workspace
@@ -186,3 +191,115 @@ def test_non_text_and_unknown_commands_are_observations(workspace):
     assert not out.ok and "unknown command" in out.text
     asyncio.run(tool.close_session(session))
     assert _call(tool, session, command="view", path="pkg/calc.py").error == "closed"
+
+
+# ------------------------------------------------------------------ FIFOs never block
+
+
+def _returns_within(seconds, work, unblock):
+    """Run ``work()`` in a thread: its result (or exception) and how long it took; if it is
+    still running after ``seconds``, call ``unblock()`` (so the test can end) and fail."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append((work(), None))
+        except BaseException as exc:
+            outcome.append((None, exc))
+
+    thread = threading.Thread(target=run, daemon=True)
+    start = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        unblock()
+        thread.join(10)
+        pytest.fail(f"blocked for more than {seconds} s (released by opening the FIFO)")
+    result, error = outcome[0]
+    if error is not None:
+        raise error
+    return result, time.monotonic() - start
+
+
+def _release(fifo):
+    """Open ``fifo`` for writing and close it: a reader blocked in open() returns."""
+    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    os.close(fd)
+
+
+def test_safe_root_refuses_a_fifo_without_blocking(workspace):
+    fifo = workspace.path / "pkg" / "pipe.py"
+    os.mkfifo(fifo, 0o666)
+    with pytest.raises(PathError, match="FIFO"):
+        _returns_within(2, lambda: workspace.files.read("pkg/pipe.py"), lambda: _release(fifo))
+
+
+def _gym_call(name, **arguments):
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+@pytest.mark.parametrize("command", ["view", "str_replace", "insert"])
+def test_a_fifo_in_the_copy_is_an_observation_through_the_env(command):
+    """(A guard: the editor's own type check refused this already; the race is below.)"""
+    env = gym.make("VT-SWE-v0", split="test", max_calls_per_turn=2)
+    try:
+        env.reset(seed=0)
+        make = "rm vtutils/stats.py && mkfifo vtutils/stats.py && ls -l vtutils/stats.py"
+        obs, *_ = env.step(_gym_call("bash", command=make))
+        assert "prw" in obs["text"]
+        arguments = {"old_str": "x", "new_str": "y", "insert_line": 0}
+        action = _gym_call("editor", command=command, path="vtutils/stats.py", **arguments)
+        fifo = env.unwrapped.tools["bash"].store.active.files
+        (obs, *_), seconds = _returns_within(
+            5, lambda: env.step(action), lambda: _release(f"{fifo.root}/vtutils/stats.py")
+        )
+    finally:
+        env.close()
+    assert seconds < 1 and "not a regular file" in obs["text"]
+
+
+DEEP = "/".join(["d"] * 1500)  # each editor call walks 1,500 directories: a window of ms
+
+
+def test_a_file_swapped_for_a_fifo_mid_edit_never_blocks_the_loop():
+    """The editor checks that ``T`` is a regular file, then opens it; bash, in the same
+    turn, swaps ``T`` between a file and a FIFO. Before the editor opened with
+    ``O_NONBLOCK`` and checked the descriptor, a swap between the two blocked its open()
+    - and with it the host's event loop - forever.
+
+    The editor's calls are synchronous, so in one turn only editor calls queued behind
+    another editor call run after bash has started: the turn is [editor, bash, 4 x editor].
+    Bash reaches the deep directory through a symlink (``cd`` into it alone takes 0.1 s);
+    the editor walks the real path."""
+    env = gym.make(
+        "VT-SWE-v0", split="test", max_calls_per_turn=6, max_turns=100,
+        max_episode_tokens=1 << 26, max_observation_tokens=1 << 16,
+    )  # fmt: skip
+    setup = (
+        f"mkdir -p {DEEP} && cd {DEEP} && echo 'x = 1' > R && mkfifo F && ln R T && "
+        f"ln -s /tmp/repo/{DEEP} /tmp/repo/s && cd /tmp/repo && ls s/"
+    )
+    swap = (
+        "cd /tmp/repo; for i in $(seq 15); do "
+        "ln -f s/F s/a; mv -f s/a s/T; ln -f s/R s/b; mv -f s/b s/T; done"
+    )
+    edit = _gym_call("editor", command="str_replace", path=f"{DEEP}/T", old_str="?", new_str="")
+    first = _gym_call("editor", command="view", path="vtutils/__init__.py")
+    turn = first + _gym_call("bash", command=swap) + edit * 4
+    outcomes = []
+    try:
+        env.reset(seed=0)
+        obs, *_ = env.step(_gym_call("bash", command=setup))
+        assert "F" in obs["text"] and "T" in obs["text"], obs["text"]
+        root = env.unwrapped.tools["bash"].store.active.files.root
+        for _ in range(40):
+            (obs, _, terminated, truncated, _), seconds = _returns_within(
+                5, lambda: env.step(turn), lambda: _release(f"{root}/{DEEP}/F")
+            )
+            assert seconds < 5 and not (terminated or truncated)
+            outcomes.append(obs["text"])
+            if "FIFO" in obs["text"]:  # a swap landed between the check and the open
+                break
+    finally:
+        env.close()
+    assert any("FIFO" in text for text in outcomes), f"no swap hit in {len(outcomes)} turns"

@@ -98,3 +98,36 @@ def test_a_hung_or_forking_command_times_out_and_the_copy_survives(isolation, wo
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
     assert (workspace.path / "before.txt").read_text() == "kept\n"
+
+
+def test_a_copy_bound_into_any_sandbox_is_bounded_by_the_kernel(isolation, tmp_path):
+    """What a sandbox writes into a bound copy counts at once and stops at its bounds,
+    wherever it lies: past PATH_MAX, or in a file deleted while open (a fresh copy for a
+    hidden-test run gets the same bound by being a Workspace)."""
+    base = tmp_path / "base"
+    (base / "pkg").mkdir(parents=True)
+    ws = Workspace(base, disk_quota_mb=8, max_files=600)
+
+    async def scenario():
+        session = _bash(isolation, ws)
+        await session.start()
+        try:
+            _, text = await _run(session, "head -c 20M /dev/zero > big; echo rc=$?")
+            assert "No space left" in text and "rc=1" in text
+            assert ws.over_quota() is not None  # full: 8 MB and one page
+            await _run(session, "rm big")
+            assert ws.over_quota() is None and ws.usage()[0] < 1 << 20
+            deep = "for i in $(seq 500); do mkdir dddddddddd && cd dddddddddd || break; done"
+            _, text = await _run(session, f"{deep}; head -c 3M /dev/zero > f; pwd | wc -c")
+            assert int(text.split()[-1]) > 4096  # past PATH_MAX
+            used, entries = ws.usage()
+            assert used >= 3 << 20 and entries >= 500
+            _, text = await _run(session, "cd /tmp/repo; mkdir -p many; cd many; touch $(seq 200)")
+            assert "No space left" in text and ws.over_quota() is not None  # 600 entries
+        finally:
+            await session.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(scenario(), 60))
+    finally:
+        ws.close()

@@ -18,9 +18,12 @@ Commands (JSON arguments; every mistake is an observation, never an exception):
 
 Paths are relative to the repository root or absolute under ``/tmp/repo``;
 anything outside, and any symlink on the way, is refused
-(:class:`~vt_envs.domains.swe.files.SafeRoot`). Files are edited on the host
-side of the working copy, so the editor survives the bash shell being
-restarted after a timeout.
+(:class:`~vt_envs.domains.swe.files.SafeRoot`), and so is anything that is not
+a regular file when it is opened (a FIFO, a socket: checked on the open
+descriptor, never blocking). Files are edited on the host side of the working
+copy, so the editor survives the bash shell being restarted after a timeout.
+A write the copy has no room for (its disk quota) is refused and changes
+nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from vt_envs.core.tool import Tool, ToolResult
-from vt_envs.domains.swe.files import PathError, SafeRoot
+from vt_envs.domains.swe.files import NoSpaceError, PathError, SafeRoot
 from vt_envs.errors import InvalidConfigError
 
 __all__ = ["COMMANDS", "EditorSession", "EditorTool"]
@@ -132,6 +135,13 @@ class EditorTool(Tool):
             if handler is None:
                 raise PathError(f"unknown command {command!r}; use one of {', '.join(COMMANDS)}")
             return ToolResult(handler(session, rel, arguments))
+        except NoSpaceError as exc:
+            return ToolResult.failure(
+                f"Error: {exc}: the repository is at its disk quota (a limit on its data and "
+                "on its number of files and directories), and the file is unchanged. Delete "
+                "what you do not need to make room.",
+                "no_space",
+            )
         except PathError as exc:
             return ToolResult.failure(f"Error: {exc}", "bad_arguments")
 

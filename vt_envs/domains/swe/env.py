@@ -139,9 +139,11 @@ def make_swe_env(
         grade_truncated: run the hidden tests also when a budget ends the
             episode before ``<submit>`` (the working copy as it stands).
         max_output_chars: bash output beyond this is cut to a head and a tail.
-        disk_quota_mb, max_files: bounds of the working copy (allocated bytes,
-            entries); passing one ends the episode truncated with ``"disk_quota"``,
-            graded 0 (:class:`~vt_envs.domains.swe.tools.SWEBashTool`).
+        disk_quota_mb, max_files: bounds of the working copy (data, entries), enforced
+            by the kernel (the copy is a filesystem that size: a write past them fails
+            with ``ENOSPC``); reaching one ends the episode truncated with
+            ``"disk_quota"``, graded 0 (:mod:`~vt_envs.domains.swe.tools`). The copy
+            lives in memory (tmpfs).
         policy: the sandbox policy of bash and the evaluation.
     """
     if dataset is not None:
@@ -164,7 +166,7 @@ def make_swe_env(
     else:
         source = tasks if isinstance(tasks, TaskSource) else TaskList(tasks, name="swe")
     policy = _with_python_on_path(policy or SandboxPolicy(), answer_paths(source, repo))
-    store = WorkspaceStore()
+    store = WorkspaceStore(disk_quota_mb=disk_quota_mb, max_files=max_files)
     isolation = resolve(policy, None)
     env = ToolEnv(
         tools=[
@@ -173,8 +175,6 @@ def make_swe_env(
                 timeout_s=bash_timeout_s,
                 policy=policy,
                 max_output_chars=max_output_chars,
-                disk_quota_mb=disk_quota_mb,
-                max_files=max_files,
             ),
             SWEEditorTool(store),
         ],

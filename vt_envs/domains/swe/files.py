@@ -10,10 +10,18 @@ is refused (:class:`PathError`), and there is no window between a check and
 its use for the agent to swap a component. Paths may be relative to the
 root or absolute inside the name the agent sees it under
 (``/tmp/repo/src/x.py``); anything else is refused.
+
+Nothing here blocks on what the agent made: files are opened with
+``O_NONBLOCK`` and the open descriptor is checked (``fstat``) before it is read,
+so a FIFO swapped in for a file after any earlier check is refused at once
+instead of blocking the caller's open() until a writer comes (the editor runs on
+the host's event loop). A write the copy's filesystem has no room for raises
+:class:`NoSpaceError` and leaves the file as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
@@ -21,9 +29,19 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["Entry", "PathError", "SafeRoot"]
+__all__ = ["Entry", "NoSpaceError", "PathError", "SafeRoot"]
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+# O_NONBLOCK: opening a FIFO (or a file under a lease) returns at once instead of waiting.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFDIR: "a directory",
+}
 #: Files the agent's tools may create get these bits (the sandbox runs as another uid).
 FILE_MODE = 0o666
 DIR_MODE = 0o777
@@ -31,6 +49,10 @@ DIR_MODE = 0o777
 
 class PathError(ValueError):
     """A path the agent gave cannot be used (the message is for the agent)."""
+
+
+class NoSpaceError(PathError):
+    """A write found no room on the copy's filesystem (its disk quota); nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -48,11 +70,20 @@ class SafeRoot:
         root: the working copy on the host.
         shown_as: the absolute path the agent sees the root under (``/tmp/repo``);
             absolute paths must start with it.
+        device: the ``st_dev`` the root must be on (a working copy's own filesystem):
+            if ``root`` ever leads elsewhere, every call is refused.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, shown_as: str = "/tmp/repo"):
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        shown_as: str = "/tmp/repo",
+        device: int | None = None,
+    ):
         self.root = os.fspath(root)
         self.shown_as = posixpath.normpath(shown_as)
+        self.device = device
 
     # ---------------------------------------------------------------- paths
 
@@ -83,7 +114,14 @@ class SafeRoot:
 
     def _open_dir(self, parts: list[str], *, create: bool = False) -> int:
         """An fd of the directory ``parts`` below the root, never through a symlink."""
-        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            fd = os.open(self.root, _DIR_FLAGS)
+        except OSError as exc:  # the copy itself is gone (closed, discarded)
+            reason = os.strerror(exc.errno or 0)
+            raise PathError(f"the repository is unavailable: {reason}") from None
+        if self.device is not None and os.fstat(fd).st_dev != self.device:
+            os.close(fd)
+            raise PathError("the repository is unavailable (its filesystem is gone)")
         try:
             for i, part in enumerate(parts):
                 try:
@@ -92,9 +130,7 @@ class SafeRoot:
                     if not create or len(part.encode()) > 255:
                         missing = self.shown("/".join(parts[: i + 1]))
                         raise PathError(f"{missing} does not exist") from None
-                    os.mkdir(part, DIR_MODE, dir_fd=fd)
-                    os.chmod(part, DIR_MODE, dir_fd=fd)
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                    child = self._make_dir(part, fd, "/".join(parts[: i + 1]))
                 except OSError as exc:
                     raise self._refused("/".join(parts[: i + 1]), exc) from None
                 os.close(fd)
@@ -104,9 +140,21 @@ class SafeRoot:
             os.close(fd)
             raise
 
+    def _make_dir(self, name: str, fd: int, rel: str) -> int:
+        try:
+            os.mkdir(name, DIR_MODE, dir_fd=fd)
+            os.chmod(name, DIR_MODE, dir_fd=fd)
+            return os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except OSError as exc:  # no room for it, or swapped for a symlink meanwhile
+            raise self._refused(rel, exc) from None
+
     def _refused(self, rel: str, exc: OSError) -> PathError:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             return PathError(f"{self.shown(rel)} is a symlink or not a directory; refused")
+        if exc.errno in _NO_SPACE:
+            return NoSpaceError(f"{self.shown(rel)} was not written: no space left")
+        if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+            return PathError(f"{self.shown(rel)} is busy (leased or locked by a process)")
         return PathError(f"{self.shown(rel)}: {os.strerror(exc.errno or 0)}")
 
     def _split(self, rel: str) -> tuple[list[str], str]:
@@ -142,7 +190,7 @@ class SafeRoot:
         fd = self._open_dir(parents)
         try:
             try:
-                file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                file_fd = os.open(name, _READ_FLAGS, dir_fd=fd)
             except FileNotFoundError:
                 raise PathError(f"{self.shown(rel)} does not exist") from None
             except OSError as exc:
@@ -150,9 +198,12 @@ class SafeRoot:
         finally:
             os.close(fd)
         with os.fdopen(file_fd, "rb") as f:
+            # What was opened, not what a name pointed to a moment before.
             info = os.fstat(f.fileno())
             if not stat.S_ISREG(info.st_mode):
-                raise PathError(f"{self.shown(rel)} is not a regular file")
+                kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+                raise PathError(f"{self.shown(rel)} is {kind}, not a regular file; refused")
+            os.set_blocking(f.fileno(), True)  # a regular file: plain reads from here on
             if info.st_size > max_bytes:
                 raise PathError(f"{self.shown(rel)} is {info.st_size} bytes, over {max_bytes}")
             return f.read(max_bytes + 1)[:max_bytes]
@@ -176,10 +227,15 @@ class SafeRoot:
             except FileExistsError:
                 os.unlink(temp, dir_fd=fd)
                 file_fd = os.open(temp, flags, FILE_MODE, dir_fd=fd)
-            with os.fdopen(file_fd, "wb") as f:
-                f.write(data)
-                os.fchmod(f.fileno(), FILE_MODE)
-            os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            try:
+                with os.fdopen(file_fd, "wb") as f:
+                    f.write(data)
+                    os.fchmod(f.fileno(), FILE_MODE)
+                os.rename(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:  # (no room, most likely): the old file stays, whole
+                with contextlib.suppress(OSError):
+                    os.unlink(temp, dir_fd=fd)
+                raise
         except OSError as exc:
             raise self._refused(rel, exc) from None
         finally:

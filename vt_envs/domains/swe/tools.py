@@ -7,6 +7,14 @@ other tools join it, and it is deleted when the episode's sessions close.
 ``/tmp/repo`` (its start directory) and nothing else writable; after a
 timeout the shell restarts and the copy is still there. The editor works on
 the same copy from the host side, symlink-proof.
+
+The disk quota: the copy is a filesystem of its own, as large as the quota
+(:mod:`~vt_envs.domains.swe.workspace`), so a write that does not fit fails
+with ``ENOSPC`` in bash, in the editor (an observation, the file unchanged)
+and in the hidden-test run alike. Reaching the bound (the filesystem full:
+past ``disk_quota_mb`` of data or ``max_files`` entries) ends the episode
+truncated with ``"disk_quota"``, graded 0: bash checks while a call runs
+(every ``quota_poll_s``) and when it returns, the editor after each call.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from typing import Any
 
 from vt_envs.core.tool import ToolResult
 from vt_envs.domains.swe.editor import EditorTool
-from vt_envs.domains.swe.workspace import SHOWN_AS, Workspace
+from vt_envs.domains.swe.workspace import DISK_QUOTA_MB, MAX_FILES, SHOWN_AS, Workspace
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.bash_session import BashSession
 from vt_envs.tools.bash import BashTool
@@ -32,10 +40,21 @@ class WorkspaceStore:
     Args:
         base_of: ``task -> repository directory`` the copy is made from
             (default: ``task.assets["repo"]``).
+        disk_quota_mb, max_files: each copy's bounds (:class:`Workspace`).
     """
 
-    def __init__(self, base_of: Callable[[Any], str | Path] | None = None):
+    def __init__(
+        self,
+        base_of: Callable[[Any], str | Path] | None = None,
+        *,
+        disk_quota_mb: int = DISK_QUOTA_MB,
+        max_files: int = MAX_FILES,
+    ):
+        for name, value in (("disk_quota_mb", disk_quota_mb), ("max_files", max_files)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidConfigError(f"{name} must be a positive int, got {value!r}")
         self.base_of = base_of or _repo_of
+        self.disk_quota_mb, self.max_files = disk_quota_mb, max_files
         self._current: Workspace | None = None
         self._task: Any = None
         self.creation_s: list[float] = []  # every copy's creation time, for benchmarks
@@ -43,7 +62,9 @@ class WorkspaceStore:
     def open(self, task: Any) -> Workspace:
         """The episode's copy: made by the first tool to open, joined by the rest."""
         if self._current is None or self._current.closed or self._task is not task:
-            self._current = Workspace(self.base_of(task))
+            self._current = Workspace(
+                self.base_of(task), disk_quota_mb=self.disk_quota_mb, max_files=self.max_files
+            )
             self._task = task
             self.creation_s.append(self._current.created_s)
         return self._current
@@ -76,15 +97,31 @@ def _repo_of(task: Any) -> Path:
     return Path(repo)
 
 
+def quota_reached(workspace: Workspace, over: tuple[int, int]) -> ToolResult:
+    """Empty ``workspace`` (it passed its quota: :meth:`Workspace.discard`) and say so in the
+    result that ends the episode."""
+    workspace.discard()
+    used, entries = over
+    return ToolResult(
+        text=(
+            f"The repository reached its disk quota ({used >> 20} MB in {entries} entries; "
+            f"the limit is {workspace.quota_bytes >> 20} MB and {workspace.max_files} "
+            "entries). The working copy was discarded, and the episode ends."
+        ),
+        ok=False,
+        error="disk_quota",
+        metrics={"disk_bytes": float(used), "disk_entries": float(entries)},
+        ends_episode="disk_quota",
+    )
+
+
 class SWEBashTool(BashTool):
     """``bash`` in the sandbox, started in the episode's working copy (bound read-write).
 
-    The copy lives on the host's disk, outside the sandbox's size-capped ``/tmp``, so
-    this tool bounds it: while a call runs, the copy is measured every ``quota_poll_s``
-    (and once more when it returns); past ``disk_quota_mb`` allocated or ``max_files``
-    entries the call is stopped, the copy emptied, and the episode ends truncated with
-    ``"disk_quota"`` (graded 0). The overshoot is at most what the shell writes in one
-    poll interval (each file is also capped by ``SandboxPolicy.file_size_mb``).
+    The kernel bounds the copy (module docstring); this tool ends the episode once the
+    copy is full: it reads the copy's filesystem every ``quota_poll_s`` while a call runs
+    (a ``statvfs``: microseconds, whatever the tree) and once more when it returns; a
+    full copy stops the call at once (a flood does not wait for its deadline).
     """
 
     description = (
@@ -94,23 +131,11 @@ class SWEBashTool(BashTool):
         "restarted (the repository keeps your changes). No network access."
     )
 
-    def __init__(
-        self,
-        store: WorkspaceStore,
-        *,
-        disk_quota_mb: int = 256,
-        max_files: int = 20_000,
-        quota_poll_s: float = 0.1,
-        **kwargs: Any,
-    ):
+    def __init__(self, store: WorkspaceStore, *, quota_poll_s: float = 0.1, **kwargs: Any):
         super().__init__(**kwargs)
-        for name, value in (("disk_quota_mb", disk_quota_mb), ("max_files", max_files)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidConfigError(f"{name} must be a positive int, got {value!r}")
         if not quota_poll_s > 0:
             raise InvalidConfigError(f"quota_poll_s must be > 0, got {quota_poll_s!r}")
         self.store = store
-        self.quota_bytes, self.max_files = disk_quota_mb << 20, max_files
         self.quota_poll_s = quota_poll_s
 
     async def call(
@@ -129,36 +154,21 @@ class SWEBashTool(BashTool):
             return self.format(running.result(), limit)
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
-        await asyncio.to_thread(workspace.discard)
-        used, entries = over
-        return ToolResult(
-            text=(
-                f"The repository passed its disk quota ({used >> 20} MB in {entries} entries; "
-                f"the limit is {self.quota_bytes >> 20} MB and {self.max_files} entries). The "
-                "command was stopped, the working copy discarded, and the episode ends."
-            ),
-            ok=False,
-            error="disk_quota",
-            metrics={"disk_bytes": float(used), "disk_entries": float(entries)},
-            ends_episode="disk_quota",
-        )
+        assert workspace is not None
+        return await asyncio.to_thread(quota_reached, workspace, over)
 
     async def _watch(
         self, workspace: Workspace | None, running: asyncio.Future[Any]
     ) -> tuple[int, int] | None:
-        """Poll the copy's size until ``running`` ends; ``(bytes, entries)`` once over quota."""
+        """Check the copy until ``running`` ends; ``(bytes, entries)`` once past its quota."""
         if workspace is None:  # no copy (sandbox started without one): nothing to bound
             await running
             return None
         while True:
             await asyncio.wait({running}, timeout=self.quota_poll_s)
-            used, entries = await asyncio.to_thread(
-                workspace.usage, stop_at_bytes=self.quota_bytes, stop_at_entries=self.max_files
-            )
-            if used > self.quota_bytes or entries > self.max_files:
-                return used, entries
-            if running.done():
-                return None
+            over = workspace.over_quota()
+            if over is not None or running.done():
+                return over
 
     async def open_session(self, task: Any, *, seed: int = 0) -> BashSession:
         workspace = self.store.open(task)
@@ -178,11 +188,24 @@ class SWEBashTool(BashTool):
 
 
 class SWEEditorTool(EditorTool):
-    """The editor on the episode's working copy (see :class:`EditorTool`)."""
+    """The editor on the episode's working copy (see :class:`EditorTool`). Its writes count
+    against the copy's quota as they happen: one that does not fit is refused (an
+    observation; the file is unchanged), and an edit that fills the copy ends the episode
+    as bash does."""
 
     def __init__(self, store: WorkspaceStore, **kwargs: Any):
         super().__init__(lambda task: store.open(task).files, **kwargs)
         self.store = store
+
+    async def call(
+        self, session: Any, arguments: Mapping[str, Any], *, timeout_s: float
+    ) -> ToolResult:
+        result = await super().call(session, arguments, timeout_s=timeout_s)
+        workspace = self.store.active
+        over = workspace.over_quota() if workspace is not None else None
+        if over is None:
+            return result
+        return await asyncio.to_thread(quota_reached, workspace, over)
 
     async def close_session(self, session: Any) -> None:
         await super().close_session(session)

@@ -1,13 +1,26 @@
-"""Per-episode working copies of a repository: made in milliseconds, gone at close.
+"""Per-episode working copies of a repository: made in milliseconds, bounded by the kernel,
+gone at close.
 
-A :class:`Workspace` is a fresh copy of a cached base tree in a private
-host directory (``0700``, under the system temp dir, which every sandbox
-masks), bound read-write into the episode's sandbox at ``/tmp/repo``. The
-copy is made with ``cp -a --reflink=auto`` (a copy-on-write clone where the
-filesystem supports it, a plain copy elsewhere) — never hard links, which
-would let an in-place write by the agent change the cached base. Files are
+A :class:`Workspace` is a fresh copy of a cached base tree on a filesystem of
+its own: a :class:`~vt_envs.sandbox.volume.Volume` (a tmpfs of at most
+``disk_quota_mb`` of data and ``max_files`` entries, in a private mount
+namespace; without root, in a user namespace too), bound read-write into the
+episode's sandbox at ``/tmp/repo``. The copy is made with ``cp -a`` (never hard
+links, which would let an in-place write change the cached base); files are
 made writable for the sandbox's uid, which differs from the host's when VT
 runs as root.
+
+The quota is the filesystem's size, so the kernel counts everything and
+refuses what does not fit (``ENOSPC``): files at any depth (a tree deeper than
+``PATH_MAX`` too), files deleted while still open, the host-side editor's
+writes the moment they happen, and whatever runs in any sandbox the copy is
+bound into — the hidden-test run's fresh copy of the pristine tree is a
+Workspace as well, with the same kind of bound. :meth:`Workspace.usage` reads
+the filesystem's counters (``statvfs``); the volume holds one page and one
+entry more than the quota, so "past the quota" is the filesystem being full.
+The copy lives in memory (tmpfs pages, charged to the memory cgroup of the
+process that wrote them): a repository of N MB costs N MB of RAM per open
+episode.
 
 The base is never executed or parsed by the host with tools the agent can
 steer (no host-side ``git`` on the copy: its ``.git/config`` is the
@@ -20,76 +33,106 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 import weakref
 from pathlib import Path
 
 from vt_envs.domains.swe.files import DIR_MODE, FILE_MODE, SafeRoot
 from vt_envs.errors import InvalidConfigError
+from vt_envs.sandbox.volume import PAGE_SIZE, Volume, VolumeFullError
 
-__all__ = ["SHOWN_AS", "Workspace"]
+__all__ = ["DISK_QUOTA_MB", "MAX_FILES", "SHOWN_AS", "Workspace"]
 
 #: Where the agent sees its working copy.
 SHOWN_AS = "/tmp/repo"
+#: A working copy's default bounds: data, and entries (files, directories, links).
+DISK_QUOTA_MB = 256
+MAX_FILES = 20_000
 
 
 class Workspace:
     """One episode's working copy of ``base`` (see the module docstring).
 
+    Args:
+        base: the directory copied.
+        disk_quota_mb: the most file data the copy may hold (the base's included).
+        max_files: the most entries it may hold (the base's included).
+
     Attributes:
-        path: the copy on the host (``<private dir>/repo``).
+        path: the copy's root as the host reaches it (``/proc/<holder>/root/...``;
+            bind it into a sandbox by this path, see :class:`~vt_envs.sandbox.volume.Volume`).
         files: its :class:`SafeRoot` (paths as the agent writes them).
         created_s: how long making the copy took.
         spoiled: the copy passed its disk quota and was emptied (:meth:`discard`).
+
+    Raises :class:`~vt_envs.errors.InvalidConfigError` when ``base`` is not a directory
+    or does not fit the bounds, and :class:`~vt_envs.errors.SandboxUnavailableError`
+    when the bounded filesystem cannot be made here.
     """
 
-    def __init__(self, base: str | os.PathLike[str]):
+    def __init__(
+        self,
+        base: str | os.PathLike[str],
+        *,
+        disk_quota_mb: int = DISK_QUOTA_MB,
+        max_files: int = MAX_FILES,
+    ):
         base = Path(base)
         if not base.is_dir():
             raise InvalidConfigError(f"the repository base {str(base)!r} is not a directory")
+        for name, value in (("disk_quota_mb", disk_quota_mb), ("max_files", max_files)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidConfigError(f"{name} must be a positive int, got {value!r}")
         start = time.perf_counter()
-        self._dir = tempfile.mkdtemp(prefix="vt-swe-")  # 0700: no other host user gets in
-        self.path = Path(self._dir) / "repo"
+        self.quota_bytes, self.max_files = disk_quota_mb << 20, max_files
+        # One page and one entry beyond the bounds (and an inode for the root): the
+        # filesystem is full exactly when the copy is past its quota.
         try:
-            _copy_tree(base, self.path)
+            self._volume = Volume(
+                size_bytes=self.quota_bytes + PAGE_SIZE,
+                inodes=max_files + 2,
+                prefix="vt-swe-",
+                name="repo",
+                seed=base,
+            )
+        except VolumeFullError:
+            raise InvalidConfigError(
+                f"the repository {str(base)!r} does not fit a working copy of "
+                f"disk_quota_mb={disk_quota_mb}, max_files={max_files}; raise them"
+            ) from None
+        self.path = Path(self._volume.path)
+        try:
             _make_writable(self.path)
         except BaseException:
-            _remove_tree(self._dir)
+            self._volume.close()
             raise
         self.created_s = time.perf_counter() - start
         self.spoiled = False
-        self.files = SafeRoot(self.path, shown_as=SHOWN_AS)
-        # Removed at close, and also if the env is dropped or crashes without closing.
-        self._finalizer = weakref.finalize(self, _remove_tree, self._dir)
+        self.files = SafeRoot(self.path, shown_as=SHOWN_AS, device=self._volume.device)
+        # Removed at close, and also if the env is dropped without closing (and, whatever
+        # happens to this process, when it ends: the holder exits with it).
+        self._finalizer = weakref.finalize(self, self._volume.close)
 
     @property
     def closed(self) -> bool:
         return not self._finalizer.alive
 
-    def usage(self, *, stop_at_bytes: int, stop_at_entries: int) -> tuple[int, int]:
-        """``(bytes allocated, entries)`` of the copy, counting every file, directory and
-        link without following links; the walk stops as soon as either passes its bound
-        (so a copy flooded with files costs at most ``stop_at_entries`` lookups)."""
-        used, entries, stack = 0, 0, [str(self.path)]
-        while stack:
-            try:
-                scan = os.scandir(stack.pop())
-            except OSError:  # removed under us, or made unreadable: nothing to count
-                continue
-            with scan:
-                for entry in scan:
-                    try:
-                        info = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    entries += 1
-                    used += info.st_blocks * 512  # allocated, so sparse files count as they are
-                    if used > stop_at_bytes or entries > stop_at_entries:
-                        return used, entries
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-        return used, entries
+    def usage(self) -> tuple[int, int]:
+        """``(bytes allocated, entries)`` of the copy, read from its filesystem (the root
+        directory is not an entry): every file at any depth, deleted-but-open files and
+        the editor's writes as they happen. A closed or lost copy reads as over quota."""
+        try:
+            used, inodes = self._volume.usage()
+        except OSError:
+            return self.quota_bytes + PAGE_SIZE, self.max_files + 1
+        return used, inodes - 1
+
+    def over_quota(self) -> tuple[int, int] | None:
+        """``(bytes, entries)`` if the copy is past either bound, else ``None``."""
+        used, entries = self.usage()
+        if used > self.quota_bytes or entries > self.max_files:
+            return used, entries
+        return None
 
     def discard(self) -> None:
         """Empty the copy now and mark it spoiled (it passed its disk quota): what the agent
@@ -103,21 +146,6 @@ class Workspace:
 
     def __repr__(self) -> str:
         return f"<Workspace {self.path} closed={self.closed}>"
-
-
-def _copy_tree(base: Path, target: Path) -> None:
-    cp = shutil.which("cp")
-    if cp is not None:
-        done = subprocess.run(
-            [cp, "-a", "--reflink=auto", "--no-preserve=ownership", str(base), str(target)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if done.returncode == 0:
-            return
-        shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(base, target, symlinks=True)
 
 
 def _make_writable(root: Path) -> None:
@@ -141,7 +169,8 @@ def _make_writable(root: Path) -> None:
 
 def _remove_tree(path: str) -> None:
     """Delete ``path`` however deep the agent made it (``rm -rf``, which does not recurse
-    on the stack; ``shutil.rmtree`` where ``rm`` is missing)."""
+    on the stack; ``shutil.rmtree`` where ``rm`` is missing). A copy's root is a mount
+    point: it stays, emptied."""
     rm = shutil.which("rm")
     if rm is not None:
         subprocess.run([rm, "-rf", "--one-file-system", path], capture_output=True, check=False)
