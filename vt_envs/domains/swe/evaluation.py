@@ -1,12 +1,13 @@
 """Hidden-test evaluation of an agent's change, in a fresh sandbox, on the pristine tree.
 
-The agent never sees the hidden tests: they live in the task's pristine
-repository in the task cache (under a root every sandbox masks; the agent's
-working copy was made without them). The evaluation never runs pytest in the
-agent's tree either. It copies the pristine repository and applies to it
-only the agent's *source* changes (:func:`agent_changes`): files it edited,
-added or deleted, except anything that could steer the test run rather
-than the code under test —
+**The trees.** The agent never sees the hidden tests: they live in the task's
+pristine repository in the task cache (hidden from every sandbox, see
+:func:`~vt_envs.domains.swe.env.answer_paths`; the agent's working copy was
+made without them). The evaluation never runs pytest in the agent's tree
+either. It copies the pristine repository and applies to it only the agent's
+*source* changes (:func:`agent_changes`): files it edited, added or deleted,
+except anything that could steer the test run rather than the code under
+test —
 
 - test files (the task's, and any ``test_*.py`` / ``*_test.py`` or file in
   a ``tests`` / ``test`` directory) and every pytest configuration file
@@ -17,36 +18,72 @@ than the code under test —
   ``usercustomize.py``, and new top-level modules (which could shadow
   pytest or the standard library).
 
-pytest then runs as ``python -P -m pytest`` (the repository is not first on
-``sys.path``; pytest adds it after it has imported itself, ``-o
-pythonpath=.``, and ``src`` in a src layout), with the repository's
-``addopts`` dropped (they name plugins the run does not load), plugin
-autoloading off, no bytecode written (and none of the agent's read), and
-two canary tests drawn for this run (one must fail,
-one must pass): a run whose canaries misbehave was tampered with and scores
-0. The report is JUnit XML read back through the sandboxed shell between
-random markers. The package code the tests import is the agent's and runs
-in pytest's process, so code written to subvert the run from inside can
-still succeed; the canaries catch the blunt forms (everything marked
-passed), not one that marks exactly the named failing tests.
+The copy is bound read-only into the run's sandbox, so no test process can
+change what a later one runs.
+
+**Who decides.** The package code the tests import is the agent's and runs
+inside pytest, so whatever that process writes (a JUnit file, its exit
+status, its report lines) the agent's code can write too. The verdict is
+therefore never read from a report file. The sandbox's Python worker runs
+:mod:`~vt_envs.domains.swe.grading_runner`: it imports nothing of the
+repository, makes itself non-dumpable, and runs the test ids in a few child
+pytest processes (``children``), each reporting every test phase on a pipe
+of its own and judged also by its exit status; the runner kills whatever a
+child leaves behind before the next starts, and answers the host over the
+worker's control pipe, which no child can reach. Inside each child, agent
+code can still rewrite that child's reports: so the hidden modules carry
+canaries (:mod:`~vt_envs.domains.swe.canaries`) — a random number of clones
+of their own tests under names like theirs, in every child: clones that
+must fail and twins that must end like their originals. A run whose
+canaries misbehave, or whose child exits 0 (each runs a must-fail clone), or
+writes a report stream no pytest writes, was tampered with and scores 0.
+
+**What remains possible** (and is not prevented here): code that reads the
+hidden test sources during the run (they are in the run's tree, and the
+clones in them can be recognised by their bodies) and spares exactly the
+canaries; code that makes the hidden tests pass by reading their expected
+values (special-casing the tests rather than fixing the bug). Both need the
+agent to write, blind, code aimed at tests it never saw; the blunt forms
+(every test passed, a rewritten report, ``os._exit(0)``, the named tests
+flipped) are caught.
+
+pytest runs with ``-s -P`` (no user site, the repository not first on
+``sys.path``; pytest adds it, ``-o pythonpath=.``, and ``src`` in a src
+layout), the repository's ``addopts`` dropped (they name plugins the run
+does not load), plugin autoloading off and no bytecode written (and none of
+the agent's read). Every report is bounded in size and parsed in linear
+time inside the sandbox; the host parses one small reply, and does its own
+file work in a thread, never on the event loop; the whole run is under
+``timeout_s``.
 """
 
 from __future__ import annotations
 
+import ast
+import asyncio
+import json
+import random
 import secrets
-import xml.etree.ElementTree as ET
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from vt_envs.domains.swe import grading_runner
+from vt_envs.domains.swe.canaries import Canary, judge, plant
 from vt_envs.domains.swe.files import PathError, SafeRoot
-from vt_envs.domains.swe.test_runs import junit_node_id
 from vt_envs.domains.swe.workspace import SHOWN_AS, Workspace
-from vt_envs.sandbox.bash_session import BashSession
 from vt_envs.sandbox.isolation import Isolation
+from vt_envs.sandbox.process import SandboxProcess, WorkerLost
 
-__all__ = ["CONFIG_FILES", "Changes", "TestOutcome", "agent_changes", "run_hidden_tests"]
-
+__all__ = [
+    "CONFIG_FILES",
+    "DEFAULT_CHILDREN",
+    "Changes",
+    "TestOutcome",
+    "agent_changes",
+    "run_hidden_tests",
+]
 #: Files that configure pytest; the agent's versions never reach an evaluation.
 CONFIG_FILES = (
     "conftest.py",
@@ -63,6 +100,13 @@ _STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")
 MAX_CHANGED_FILES = 2000
 MAX_CHANGED_BYTES = 32 << 20
 MAX_WALKED = 200_000
+#: Child pytest processes a run is split into (each with its own canaries): measured on
+#: the built-in tasks, see docs/swe.md; more children cost a pytest start (~0.2 s) each.
+DEFAULT_CHILDREN = 2
+_RUNNER_SOURCE = Path(grading_runner.__file__).read_text(encoding="utf-8")
+_MAX_REPLY_CHARS = 4 << 20  # the runner's verdict: a letter per test id and a short tail
+# No cache written into the tree, the repository's addopts (plugins not loaded) dropped.
+_PYTEST_ARGS = ["-q", "-rfE", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts="]
 
 
 @dataclass(frozen=True)
@@ -72,12 +116,16 @@ class TestOutcome:
     Attributes:
         passed / failed: test ids (``tests/test_x.py::test_y``) by outcome
             (errors and skips count as failed: a test must pass).
-        status: ``"ok"``, ``"timeout"``, ``"no_report"`` (pytest wrote none),
-            ``"tampered"`` (the canaries misbehaved) or ``"too_large"`` (the
-            change exceeds :data:`MAX_CHANGED_FILES` / :data:`MAX_CHANGED_BYTES`).
+        status: ``"ok"``, ``"timeout"``, ``"no_report"`` (the run gave no verdict),
+            ``"tampered"`` (see the module docstring; ``reasons`` says what) or
+            ``"too_large"`` (the change exceeds :data:`MAX_CHANGED_FILES` /
+            :data:`MAX_CHANGED_BYTES`).
         elapsed_s: wall time of the run.
         output: the tail of pytest's output (for ``info``, never for the agent).
         ignored: the agent's changed paths left out (tests, configuration...).
+        canaries: how many canary tests ran; children: in how many pytest processes.
+        incomplete: children whose canaries did not all report (their tests failed).
+        reasons: what showed tampering.
     """
 
     passed: frozenset[str] = field(default_factory=frozenset)
@@ -86,6 +134,10 @@ class TestOutcome:
     elapsed_s: float = 0.0
     output: str = ""
     ignored: tuple[str, ...] = ()
+    canaries: int = 0
+    children: int = 0
+    incomplete: int = 0
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass
@@ -160,33 +212,144 @@ def _unchanged(files: SafeRoot, pristine: Path, rel: str) -> bool:
         return False
 
 
-def _parse(xml: str, pristine: Path) -> tuple[set[str], set[str]]:
-    """Passed and failed node ids of a JUnit report (the file layout looked up in the
-    pristine repository, which the agent cannot change)."""
-    root = ET.fromstring(xml)
-    passed, failed = set(), set()
-    for case in root.iter("testcase"):
-        test_id = junit_node_id(case.get("classname", ""), case.get("name", ""), pristine)
-        if any(child.tag in ("failure", "error", "skipped") for child in case):
-            failed.add(test_id)
-        else:
-            passed.add(test_id)
-    return passed, failed
+@dataclass
+class _Run:
+    """A prepared run: the tree to test, and what the children run."""
+
+    copy: Workspace
+    changes: Changes
+    batches: list[list[str]]
+    canaries: list[Canary]
 
 
-def _canaries(copy: Workspace, nonce: str) -> tuple[str, str]:
-    """Write this run's canary module; return the ids of the test that must fail and of
-    the one that must pass."""
-    value = int(nonce[:8], 16)
-    rel = f"vt_canary_{nonce}.py"
-    copy.files.write(
-        rel,
-        (
-            f"def test_must_fail_{nonce}():\n    assert {value} == {value + 1}\n\n\n"
-            f"def test_must_pass_{nonce}():\n    assert {value} + 1 == {value + 1}\n"
-        ).encode(),
+def _prepare(
+    agent_copy: Workspace,
+    pristine: Path,
+    test_ids: Sequence[str],
+    test_files: Sequence[str],
+    hosts: Sequence[str],
+    fail_to_pass: Sequence[str],
+    children: int,
+    rng: random.Random,
+) -> _Run | Changes:
+    """The pristine tree plus the agent's change plus the canaries (or the too-large
+    :class:`Changes`). Plain file work, run in a thread."""
+    changes = agent_changes(agent_copy.files, pristine, test_files)
+    if changes.too_large:
+        return changes
+    copy = Workspace(pristine)
+    try:
+        for rel, data in changes.written.items():
+            copy.files.write(rel, data, create_parents=True)
+        for rel in changes.deleted:
+            copy.files.remove(rel)
+        n = max(1, min(children, len(test_ids)))
+        texts = {
+            rel: (pristine / rel).read_text(encoding="utf-8", errors="replace")
+            for rel in hosts
+            if (pristine / rel).is_file()
+        }
+        planted = plant(
+            texts,
+            test_ids,
+            fail_to_pass=fail_to_pass,
+            n_fails=sum(rng.randint(1, 2) for _ in range(n)),
+            n_twins=rng.randint(1, 3),
+            rng=rng,
+        )
+        for rel, text in planted.texts.items():
+            copy.files.write(rel, text.encode("utf-8"))
+        batches = _batches(list(test_ids), planted.canaries, n, rng)
+        return _Run(copy, changes, batches, planted.canaries)
+    except BaseException:
+        copy.close()
+        raise
+
+
+def _batches(
+    ids: list[str], canaries: Sequence[Canary], n: int, rng: random.Random
+) -> list[list[str]]:
+    """``ids`` dealt into ``n`` batches (fewer when there are fewer must-fail canaries:
+    every batch gets one), twins away from their originals, each batch shuffled."""
+    fails = [c for c in canaries if c.kind == "fails"]
+    n = max(1, min(n, len(fails))) if fails else 1
+    rng.shuffle(ids)
+    batches = [ids[i::n] for i in range(n)]
+    for i, canary in enumerate(fails):
+        batches[i % n if i < n else rng.randrange(n)].append(canary.test_id)
+    for twin in (c for c in canaries if c.kind == "twin"):
+        home = next((i for i, b in enumerate(batches) if twin.source in b), 0)
+        away = [i for i in range(n) if i != home] or [home]
+        batches[rng.choice(away)].append(twin.test_id)
+    for batch in batches:
+        rng.shuffle(batch)
+    return [b for b in batches if b]
+
+
+def _plan(run: _Run, isolation: Isolation, pristine: Path, env: Mapping[str, str],
+          timeout_s: float) -> str:  # fmt: skip
+    cwd = SHOWN_AS if isolation.sandboxed else str(run.copy.path)
+    roots = ". src" if (pristine / "src").is_dir() else "."  # a src/ layout imports from src
+    return json.dumps(
+        {
+            "python": isolation.policy.python,
+            "cwd": cwd,
+            "env": {
+                **env,
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+                # Nothing compiled is written, and the tree holds no bytecode of the agent's
+                # (caches are never copied from its tree), so only the installed libraries'
+                # own caches are read: a fresh cache prefix made pytest recompile itself
+                # every run (0.62 s instead of 0.16 s).
+                "PYTHONDONTWRITEBYTECODE": "1",
+                # The tree is read-only: temporary files (pytest's capture) go to the work dir.
+                **({"TMPDIR": isolation.policy.workdir} if isolation.sandboxed else {}),
+            },
+            "pytest_args": [*_PYTEST_ARGS, "-o", f"pythonpath={roots}", f"--rootdir={cwd}"],
+            "batches": run.batches,
+            "tokens": [secrets.token_hex(16) for _ in run.batches],
+            "timeout_s": timeout_s,
+        }
     )
-    return f"{rel}::test_must_fail_{nonce}", f"{rel}::test_must_pass_{nonce}"
+
+
+def _read_verdict(reply: Mapping[str, object], n_batches: int) -> dict | None:
+    """The runner's verdict from the worker's reply, or ``None`` if it is not one."""
+    value = reply.get("value") if reply.get("status") == "ok" else None
+    if not isinstance(value, str) or len(value) > _MAX_REPLY_CHARS:
+        return None
+    try:
+        verdict = json.loads(ast.literal_eval(value))  # a str's repr, then JSON
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+        return None
+    batches = verdict.get("batches") if isinstance(verdict, dict) else None
+    if not isinstance(batches, list) or len(batches) != n_batches:
+        return None
+    if not all(isinstance(b, dict) for b in batches):
+        return None
+    return verdict
+
+
+async def _run_children(
+    run: _Run, isolation: Isolation, plan: str, timeout_s: float
+) -> tuple[str, dict | None, str]:
+    """``(status, verdict, detail)`` of the runner in a fresh sandbox over the copy."""
+    binds = {SHOWN_AS: str(run.copy.path)} if isolation.sandboxed else {}
+    proc = await SandboxProcess.start(
+        isolation, mode="python", binds=binds, max_repr_chars=_MAX_REPLY_CHARS
+    )
+    try:
+        code = f"{_RUNNER_SOURCE}\nrun_plan({plan!r})\n"
+        reply, _, err = await proc.execute({"code": code}, timeout_s)
+    except WorkerLost as lost:
+        return ("timeout" if lost.kind == "timeout" else "no_report"), None, lost.detail
+    finally:
+        await proc.kill()
+    verdict = _read_verdict(reply, len(run.batches))
+    if verdict is None:
+        detail = f"{reply.get('exc_type', '')}: {reply.get('message', '')}"[:2000]
+        return "no_report", None, detail + err.data.decode("utf-8", "replace")[-2000:]
+    return "ok", verdict, ""
 
 
 async def run_hidden_tests(
@@ -198,86 +361,56 @@ async def run_hidden_tests(
     isolation: Isolation,
     timeout_s: float = 60.0,
     test_env: Mapping[str, str] | None = None,
+    hidden_files: Sequence[str] | None = None,
+    fail_to_pass: Sequence[str] = (),
+    children: int = DEFAULT_CHILDREN,
+    rng: random.Random | None = None,
 ) -> TestOutcome:
     """Run ``test_ids`` (from ``test_files``) on ``pristine`` plus the agent's change.
 
     ``pristine``: the task's repository before the agent, hidden tests
     included. The interpreter is the sandbox's (``isolation.policy.python``);
     pytest must be importable by it. ``test_env``: variables for the run, the
-    same the task was validated with.
+    same the task was validated with. ``hidden_files``: the test modules the
+    agent never saw, where canaries go (default: ``test_files``);
+    ``fail_to_pass``: the ids the canaries are preferably cloned from.
+    ``children``: pytest processes the ids are split into. ``rng``: draws the
+    canaries and batches (default: the system's random source).
+    Everything, the sandbox's start included, ends within ``timeout_s``.
     """
-    changes = agent_changes(agent_copy.files, pristine, test_files)
-    if changes.too_large:
-        return TestOutcome(frozenset(), frozenset(test_ids), "too_large")
-    copy = Workspace(pristine)
+    started = time.monotonic()
+    rng = rng or random.SystemRandom()
+    everything = frozenset(test_ids)
+    hosts = [f for f in (test_files if hidden_files is None else hidden_files) if f in test_files]
+    prepared: _Run | Changes | None = None
     try:
-        for rel, data in changes.written.items():
-            copy.files.write(rel, data, create_parents=True)
-        for rel in changes.deleted:
-            copy.files.remove(rel)
-        nonce = secrets.token_hex(8)
-        must_fail, must_pass = _canaries(copy, nonce)
-        report = f"/tmp/work/report-{nonce}.xml"
-        ids = " ".join(_quote(t) for t in (*test_ids, must_fail, must_pass))
-        env = {
-            **(test_env or {}),
-            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-            # Nothing compiled is written, and the tree holds no bytecode of the agent's
-            # (caches are never copied from its tree), so only the installed libraries'
-            # own caches are read: a fresh cache prefix made pytest recompile itself
-            # every run (0.62 s instead of 0.16 s).
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-        roots = ". src" if (pristine / "src").is_dir() else "."  # a src/ layout imports from src
-        variables = " ".join(f"{k}={_quote(v)}" for k, v in env.items())
-        command = (
-            f"cd {SHOWN_AS} && {variables} {_quote(isolation.policy.python)} -P -m pytest -q "
-            f"-p no:cacheprovider -o addopts= -o pythonpath={_quote(roots)} --rootdir={SHOWN_AS} "
-            f"--junitxml={report} "
-            f"-o junit_family=xunit1 {ids} > /tmp/work/out-{nonce}.txt 2>&1; "
-            f"tail -c 2000 /tmp/work/out-{nonce}.txt; echo '<<{nonce}>>'; cat {report}; "
-            f"echo '<</{nonce}>>'"
-        )
-        shell = BashSession(isolation, rw_binds={SHOWN_AS: str(copy.path)})
-        await shell.start()
-        try:
-            outcome = await shell.run(command, timeout_s)
-        finally:
-            await shell.close()
-        text = outcome.output.data.decode("utf-8", errors="replace")
-        everything = frozenset(test_ids)
-
-        def failing(status: str, output: str) -> TestOutcome:
-            ignored = tuple(changes.ignored)
-            return TestOutcome(frozenset(), everything, status, outcome.elapsed_s, output, ignored)
-
-        if outcome.status == "timeout":
-            return failing("timeout", text)
-        head, _, rest = text.partition(f"<<{nonce}>>")
-        xml, found, _ = rest.partition(f"<</{nonce}>>")
-        try:
-            report_xml = xml.strip()
-            passed, failed = _parse(report_xml, pristine) if found and report_xml else (None, None)
-        except (ET.ParseError, OSError, ValueError):
-            passed = failed = None
-        if passed is None:
-            return failing("no_report", head)
-        if must_fail in passed or must_pass not in passed:
-            return failing("tampered", head)
-        passed &= everything
-        missing = everything - passed - failed  # not collected (deleted, renamed): failed
-        failed = (failed & everything) | missing
-        return TestOutcome(
-            frozenset(passed),
-            frozenset(failed),
-            "ok",
-            outcome.elapsed_s,
-            head[-2000:],
-            tuple(changes.ignored),
-        )
+        async with asyncio.timeout(timeout_s + 2.0):  # a backstop: the parts have their own
+            prepared = await asyncio.to_thread(
+                _prepare, agent_copy, pristine, test_ids, test_files, hosts, fail_to_pass,
+                children, rng,
+            )  # fmt: skip
+            if isinstance(prepared, Changes):
+                return TestOutcome(frozenset(), everything, "too_large")
+            left = timeout_s - (time.monotonic() - started)
+            plan = _plan(prepared, isolation, pristine, test_env or {}, max(left - 1.5, 0.5))
+            status, verdict, detail = await _run_children(prepared, isolation, plan, left)
+    except TimeoutError:
+        status, verdict, detail = "timeout", None, ""
     finally:
-        copy.close()
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
+        if isinstance(prepared, _Run):
+            await asyncio.to_thread(prepared.copy.close)
+    elapsed = time.monotonic() - started
+    ignored = tuple(prepared.changes.ignored) if isinstance(prepared, _Run) else ()
+    if verdict is None:
+        return TestOutcome(frozenset(), everything, status, elapsed, detail, ignored)
+    run = prepared
+    letters, reasons, incomplete = judge(run.batches, verdict["batches"], run.canaries)
+    counts = {"canaries": len(run.canaries), "children": len(run.batches)}
+    tail = str(verdict.get("tail", ""))[-2000:]
+    if reasons:
+        return TestOutcome(frozenset(), everything, "tampered", elapsed, tail, ignored,
+                           **counts, incomplete=incomplete, reasons=tuple(reasons))  # fmt: skip
+    passed = frozenset(t for t in everything if letters.get(t) == "P")
+    status = "timeout" if any(v.get("exit") is None for v in verdict["batches"]) else "ok"
+    return TestOutcome(passed, everything - passed, status, elapsed, tail, ignored, **counts,
+                       incomplete=incomplete)  # fmt: skip

@@ -4,8 +4,9 @@
 still passes; else 0. With ``partial_credit``, the fraction of FAIL_TO_PASS
 tests fixed, and 0 if any PASS_TO_PASS test broke. ``Score.parts`` itemizes
 it: ``fail_to_pass_fixed``, ``fail_to_pass_total``, ``pass_to_pass_broken``,
-``timeout``; the run happens in a fresh sandbox under its own deadline
-(:func:`~vt_envs.domains.swe.evaluation.run_hidden_tests`).
+``timeout``, ``tampered`` (the run's canaries caught a rewrite of its outcomes: 0),
+``canaries``, ``incomplete``; the run happens in a fresh sandbox under its own
+deadline (:func:`~vt_envs.domains.swe.evaluation.run_hidden_tests`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from vt_envs.core.task import Task
 from vt_envs.core.verifier import Score
-from vt_envs.domains.swe.evaluation import run_hidden_tests
+from vt_envs.domains.swe.evaluation import DEFAULT_CHILDREN, run_hidden_tests
 from vt_envs.domains.swe.files import PathError
 from vt_envs.domains.swe.tools import WorkspaceStore
 from vt_envs.sandbox.isolation import Isolation
@@ -28,7 +29,8 @@ class HiddenTests:
 
     Task assets used: ``pristine`` (the repository with the hidden tests),
     ``fail_to_pass``, ``pass_to_pass`` (test ids) and ``test_files`` (every
-    test module those ids live in).
+    test module those ids live in); ``hidden_files`` (the modules the agent never
+    saw, where the canaries go; default: every test module).
     """
 
     def __init__(
@@ -38,9 +40,10 @@ class HiddenTests:
         *,
         partial_credit: bool = False,
         timeout_s: float = 120.0,
+        children: int = DEFAULT_CHILDREN,
     ):
         self.store, self.isolation = store, isolation
-        self.partial_credit, self.timeout_s = partial_credit, timeout_s
+        self.partial_credit, self.timeout_s, self.children = partial_credit, timeout_s, children
 
     async def averify(self, task: Task, answer: str) -> Score:
         workspace = self.store.current(task)
@@ -59,6 +62,9 @@ class HiddenTests:
                 isolation=self.isolation,
                 timeout_s=self.timeout_s,
                 test_env=assets.get("test_env"),
+                hidden_files=assets.get("hidden_files"),
+                fail_to_pass=f2p,
+                children=self.children,
             )
         except PathError as exc:  # the agent's tree cannot be read as it must
             return Score(0.0, {"error": 1.0}, f"the change could not be applied: {exc}")
@@ -74,15 +80,19 @@ class HiddenTests:
             "tampered": float(outcome.status == "tampered"),
             "too_large": float(outcome.status == "too_large"),
             "ignored_files": float(len(outcome.ignored)),
+            "canaries": float(outcome.canaries),
+            "incomplete": float(outcome.incomplete),
             "eval_s": outcome.elapsed_s,
         }
-        if broken:
+        if broken or outcome.status == "tampered":
             value = 0.0
         elif self.partial_credit:
             value = fixed / max(len(f2p), 1)
         else:
             value = float(fixed == len(f2p))
         detail = "" if value == 1.0 else f"{fixed}/{len(f2p)} fixed, {broken} broken"
+        if outcome.reasons:
+            detail = f"tampered: {'; '.join(outcome.reasons)}"
         return Score(value, parts, detail)
 
     def __call__(self, task: Task, answer: str) -> Any:  # pragma: no cover - async only
