@@ -75,3 +75,23 @@ def test_the_hostile_suite_holds_without_root(tmp_path):
     assert "cgroup memory+pids limits" in layers["inactive"]
     assert len(report["ran"]) >= 60
     assert report["failures"] == {}
+
+
+def test_swe_quotas_and_the_hidden_test_run_hold_without_root(tmp_path):
+    """VT-SWE-v0's working copy without root: a bounded tmpfs in a holder's user and
+    mount namespaces, which bash and the hidden-test run enter (``nonroot_swe.py``)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(home, 0o777)
+    done = subprocess.run(
+        _as_nobody([sys.executable, str(HERE / "nonroot_swe.py")], home),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["uid"] == NOBODY and len(report["ran"]) == 6
+    assert report["failures"] == {}, json.dumps(report["failures"], indent=1)
