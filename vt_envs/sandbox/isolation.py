@@ -42,7 +42,7 @@ from vt_envs.errors import SandboxUnavailableError
 from vt_envs.sandbox import seccomp
 from vt_envs.sandbox.cgroups import cgroup_support
 from vt_envs.sandbox.policy import SandboxPolicy, UnsafeSandboxWarning
-from vt_envs.sandbox.volume import split_holder_path, volume_tools
+from vt_envs.sandbox.volume import holder_namespace, split_holder_path, volume_tools
 
 __all__ = [
     "INSIDE_SOURCE",
@@ -356,6 +356,7 @@ def holder_entry(
     if len(pids) > 1:
         raise ValueError(f"bind sources in the namespaces of several processes: {sorted(pids)}")
     (pid,) = pids
+    holder_namespace(pid)  # refuses a pid that is not (or no longer) an open volume's
     _, nsenter = volume_tools()
     argv = [nsenter, f"--target={pid}", "--mount"]
     # Without root the holder has its own user namespace (it may mount there); join it

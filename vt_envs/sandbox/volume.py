@@ -42,7 +42,14 @@ import tempfile
 
 from vt_envs.errors import InvalidConfigError, SandboxUnavailableError
 
-__all__ = ["PAGE_SIZE", "Volume", "VolumeFullError", "split_holder_path", "volume_tools"]
+__all__ = [
+    "PAGE_SIZE",
+    "Volume",
+    "VolumeFullError",
+    "holder_namespace",
+    "split_holder_path",
+    "volume_tools",
+]
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 # Mount, fill, say so, then wait for the host's pipe to close (EOF: the host closed the
@@ -162,6 +169,8 @@ class Volume:
         #: exits, the path leads to the host's mount point for a moment).
         self.device = there.st_dev
         self._blocks = info.f_blocks
+        assert self._holder is not None
+        _LIVE[self._holder.pid] = os.stat(f"/proc/{self._holder.pid}/ns/mnt").st_ino
 
     @property
     def holder_pid(self) -> int | None:
@@ -185,6 +194,7 @@ class Volume:
         private host directory (idempotent)."""
         holder, self._holder = self._holder, None
         if holder is not None:
+            _LIVE.pop(holder.pid, None)
             if holder.stdin is not None:
                 holder.stdin.close()
             try:
@@ -201,6 +211,21 @@ class Volume:
 
 
 _HOLDER_PATH = re.compile(r"/proc/(\d+)/root(/.*)")
+# pid -> inode of its mount namespace, for each open volume's holder in this process.
+_LIVE: dict[int, int] = {}
+
+
+def holder_namespace(pid: int) -> str:
+    """``/proc/<pid>/ns/mnt`` of an open volume's holder; raises ``ValueError`` when
+    ``pid`` is not one (never opened here, closed, or its pid now someone else's)."""
+    path = f"/proc/{pid}/ns/mnt"
+    try:
+        same = os.stat(path).st_ino == _LIVE.get(pid)
+    except OSError:
+        same = False
+    if not same:
+        raise ValueError(f"/proc/{pid}/root is not an open volume of this process")
+    return path
 
 
 def split_holder_path(path: str) -> tuple[int | None, str]:
