@@ -4,14 +4,15 @@
 that passed on the clean repository stops passing (FAIL_TO_PASS) and at least
 one still passes (PASS_TO_PASS). The kept :class:`MutantTask` carries an issue
 text (:func:`issue_text`) describing the failure without revealing the
-mutated code. :func:`build_tasks` does it all for a repository, seeded;
-:func:`split_tasks` holds out whole functions, so no test task's function is
-ever trained on. Every test run happens in a temporary copy of the
+mutated code, nor which tests judge the fix. :func:`build_tasks` does it all
+for a repository, seeded; :func:`split_tasks` holds out whole functions, so no
+test task's function is ever trained on. Every test run happens in a temporary copy of the
 repository: the caller's checkout is never written to.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import random
@@ -122,7 +123,7 @@ def validate(
     if not fail_to_pass or not pass_to_pass:
         return None
     task = MutantTask(mutation, fail_to_pass, pass_to_pass, tuple(test_paths), issue_text="")
-    return dataclasses.replace(task, issue_text=issue_text(task, report))
+    return dataclasses.replace(task, issue_text=issue_text(task, report, repo=repo))
 
 
 def _source_files(repo: Path, source_paths: Sequence[str]) -> list[str]:
@@ -301,37 +302,80 @@ def _calling_sentence(lines: Sequence[str]) -> str | None:
     return f"Calling `{call}` returns {got}, but {want} is expected."
 
 
-def issue_text(task: MutantTask, report: TestReport) -> str:
+def _test_names(task: MutantTask) -> list[re.Pattern]:
+    """The judging tests' ids and function names, which an issue text never shows."""
+    names = {*task.fail_to_pass, *task.pass_to_pass}
+    names |= {t.split("::")[-1].split("[")[0] for t in names}
+    return [re.compile(rf"(?<![\w.]){re.escape(n)}(?![\w])") for n in sorted(names) if n]
+
+
+def _called_api(repo: Path, task: MutantTask) -> list[str]:
+    """Names the failing tests call that their modules import from the package (what a
+    user of the package would say they called), in order of first use."""
+    package = _package_of(task.mutation.path)
+    found: dict[str, None] = {}
+    for test_id in task.fail_to_pass:
+        module, _, rest = test_id.partition("::")
+        name = rest.split("::")[-1].split("[")[0]
+        try:
+            tree = ast.parse((repo / module).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+            continue
+        api = {
+            alias.asname or alias.name
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == package
+            for alias in node.names
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+                for call in ast.walk(node):
+                    func = call.func if isinstance(call, ast.Call) else None
+                    if isinstance(func, ast.Name) and func.id in api:
+                        found.setdefault(func.id)
+    return list(found)
+
+
+def issue_text(task: MutantTask, report: TestReport, *, repo: Path | None = None) -> str:
     """A bug report for ``task`` from the mutant's test run ``report``.
 
-    It names the package, states the wrong behaviour by quoting the first
+    It names the package and states the wrong behaviour by quoting the first
     failing test's failure message (as "Calling `f(x)` returns X, but Y is
-    expected." where the assertion says so), and lists the failing tests by id.
-    It never contains a line of ``task.mutation.original`` or ``.mutated``, nor
-    the mutation's file with its line number: any sentence, quoted line or test
-    id that would is left out.
+    expected." where the assertion says so; else, given ``repo``, naming what of
+    the package the failing tests call). It never contains a line of
+    ``task.mutation.original`` or ``.mutated``, nor the mutation's file with
+    its line number, nor the id or name of any test that judges the fix (nor
+    how many there are): any sentence or quoted line that would is left out.
+
+    Why no test ids: SWE-bench shows the agent the issue as its users wrote it
+    (``problem_statement``) and keeps FAIL_TO_PASS / PASS_TO_PASS for the
+    harness; SWE-smith's issue generator tells its writer not to mention pytest
+    or which test failed, and to give a reproduction instead
+    (``configs/issue_gen/ig_v2.yaml``). Here the ids would also tell code
+    planted in the package exactly which outcomes to rewrite during grading,
+    and their number which canaries are not real tests
+    (:mod:`~vt_envs.domains.swe.canaries`). The failure itself — the call and
+    the result it should have — is what a bug report gives, and what the agent
+    needs to reproduce the bug.
     """
     forbidden = _forbidden(task.mutation)
     package = f"`{_package_of(task.mutation.path)}`"
     if _leaks(package, forbidden):
         package = "the package"
-    first, lines = _failure_lines(task, report)
-    lines = [line for line in lines if not _leaks(line, forbidden)]
+    _, lines = _failure_lines(task, report)
+    hidden = [*forbidden, *_test_names(task)]
+    lines = [line for line in lines if not _leaks(line, hidden)]
     parts = [f"Bug report: {package} misbehaves."]
     sentence = _calling_sentence(lines)
-    if sentence and not _leaks(sentence, forbidden):
+    if sentence and not _leaks(sentence, hidden):
         parts.append(sentence)
+    elif repo is not None:
+        api = [f"`{name}`" for name in _called_api(repo, task) if not _leaks(name, hidden)]
+        if api:
+            parts.append(f"It shows when calling {', '.join(api[:3])}.")
     if lines:
-        shown = first is not None and not _leaks(first, forbidden)
-        who = f"The first failing test, {first}," if shown else "The first failure"
-        parts.append(f"{who} reports:\n" + "\n".join(f"    {line}" for line in lines))
-    names = [t for t in task.fail_to_pass if not _leaks(t, forbidden)]
-    if names:
-        parts.append("Tests that fail:\n" + "\n".join(f"- {name}" for name in names))
-    parts.append(
-        f"Fix {package} so that the failing tests succeed, without breaking the "
-        f"{len(task.pass_to_pass)} other tests, which succeed now."
-    )
+        parts.append("A check of it fails with:\n" + "\n".join(f"    {line}" for line in lines))
+    parts.append(f"Fix {package} so that it behaves as expected, without breaking what works now.")
     text = "\n\n".join(parts)
     # A last guard, for a leak no single part showed (one spanning two parts).
-    return text if not _leaks(text, forbidden) else parts[0]
+    return text if not _leaks(text, hidden) else parts[0]
