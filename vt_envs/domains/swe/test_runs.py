@@ -2,10 +2,12 @@
 
 :func:`run_tests` runs pytest in a temporary copy's directory with a fresh
 environment, writes a JUnit report and reads every test's outcome back as a
-pytest node id (:func:`junit_node_id` inverts JUnit's dotted names by looking
-for the files). On timeout the whole process group is killed. Used at task
-build time on trusted repositories; an agent's code is only ever run in the
-sandbox (:mod:`~vt_envs.domains.swe.evaluation`).
+pytest node id (:func:`junit_node_id` inverts JUnit's dotted names with a map
+of the repository's files made once per report: linear, however many dots a
+name holds; reports are capped in size and test cases). On timeout the whole
+process group is killed. Used at task build time on trusted repositories; an
+agent's code is only ever run in the sandbox, and graded without any report
+file (:mod:`~vt_envs.domains.swe.evaluation`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from vt_envs.errors import InvalidConfigError
 
 __all__ = [
     "NOT_COPIED",
+    "ModuleMap",
     "TestReport",
     "junit_node_id",
+    "module_map",
     "run_tests",
 ]
 
@@ -169,14 +173,28 @@ def _run_killable(command: list[str], cwd: Path, env: dict, out, timeout_s: floa
     return timed_out
 
 
+#: The largest JUnit report read, and the most test cases taken from one (beyond: the
+#: run reports nothing; a repository's honest report is far smaller).
+MAX_JUNIT_BYTES = 64 << 20
+MAX_JUNIT_CASES = 200_000
+#: The most ``.py`` files mapped for :func:`junit_node_id` (a repository has far fewer).
+MAX_MODULES = 200_000
+_SKIPPED_DIRS = frozenset(n for n in NOT_COPIED if not n.startswith("*"))
+
+
 def _read_junit(path: Path, repo: Path) -> tuple[set, set, set, dict]:
     passed, failed, errors, messages = set(), set(), set(), {}
     try:
+        if path.stat().st_size > MAX_JUNIT_BYTES:
+            return passed, failed, errors, messages
         root = ET.parse(path).getroot()
-    except ET.ParseError:
+    except (ET.ParseError, OSError):
         return passed, failed, errors, messages  # pytest died while writing it
-    for case in root.iter("testcase"):
-        test_id = junit_node_id(case.get("classname", ""), case.get("name", ""), repo)
+    modules = module_map(repo)
+    for count, case in enumerate(root.iter("testcase")):
+        if count >= MAX_JUNIT_CASES:
+            return set(), set(), set(), {}
+        test_id = junit_node_id(case.get("classname", ""), case.get("name", ""), repo, modules)
         tags = {child.tag: child for child in case}
         if "error" in tags or "failure" in tags:  # both: a failure, then an error in teardown
             (errors if "error" in tags else failed).add(test_id)
@@ -187,26 +205,56 @@ def _read_junit(path: Path, repo: Path) -> tuple[set, set, set, dict]:
     return passed, failed, errors, messages
 
 
-def junit_node_id(classname: str, name: str, repo: Path) -> str:
+class ModuleMap(dict):
+    """:func:`module_map`'s result: dotted name -> file; ``depth``: the most parts a
+    dotted name of it has."""
+
+    depth: int = 0
+
+
+def module_map(repo: Path) -> ModuleMap:
+    """Every ``.py`` file under ``repo`` (caches, VCS data and virtualenvs skipped, links
+    not followed, at most :data:`MAX_MODULES`) by its dotted name: ``"tests.sub.test_x"``
+    -> ``"tests/sub/test_x.py"``. Where two files share a dotted name (``a/b.py`` and
+    ``a.b.py``), the first in sorted order is kept."""
+    found = ModuleMap()
+    stack = [""]
+    while stack and len(found) < MAX_MODULES:
+        rel = stack.pop()
+        try:
+            entries = sorted(os.scandir(repo / rel) if rel else os.scandir(repo), key=_name)
+        except OSError:
+            continue
+        for entry in entries:
+            path = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in _SKIPPED_DIRS:
+                    stack.append(path)
+            elif entry.name.endswith(".py") and entry.is_file(follow_symlinks=False):
+                found.setdefault(path[:-3].replace("/", "."), path)
+                found.depth = max(found.depth, path.count("/") + path[:-3].count(".") + 1)
+    return found
+
+
+def _name(entry: os.DirEntry) -> str:
+    return entry.name
+
+
+def junit_node_id(classname: str, name: str, repo: Path, modules: ModuleMap | None = None) -> str:
     """pytest's node id from a JUnit test case (the inverse of its ``mangle_test_address``).
 
     JUnit writes ``tests/sub/test_x.py::TestK::test_y[a.b]`` as classname
     ``tests.sub.test_x.TestK`` and name ``test_y[a.b]``; which dots were slashes
-    (a directory or file name may hold dots too) is found by looking for the file.
-    A module that failed to import has no classname and its dotted path as name.
+    (a directory or file name may hold dots too) is found in ``modules``
+    (:func:`module_map` of ``repo``, made here if not given): the longest dotted
+    prefix that names a file. Linear in the classname's length times the depth of
+    the deepest file, however many dots it holds. A module that failed to import
+    has no classname and its dotted path as name.
     """
+    modules = module_map(repo) if modules is None else modules
     parts, tail = (classname.split("."), [name]) if classname else (name.split("."), [])
-    found = _find_module(repo, parts)
-    path, rest = found if found else (["/".join(parts) + ".py"], [])
-    return "::".join(["/".join(path), *rest, *tail])
-
-
-def _find_module(base: Path, parts: list[str]) -> tuple[list[str], list[str]] | None:
-    """Split dotted ``parts`` into a ``.py`` file's path under ``base`` and what follows."""
-    for k in range(len(parts), 0, -1):  # the longest name first
-        name = ".".join(parts[:k])
-        if os.path.isfile(base / f"{name}.py"):  # (isfile: no error on an overlong name)
-            return [f"{name}.py"], parts[k:]
-        if os.path.isdir(base / name) and (found := _find_module(base / name, parts[k:])):
-            return [name, *found[0]], found[1]
-    return None
+    for k in range(min(len(parts), modules.depth), 0, -1):  # the longest name first
+        path = modules.get(".".join(parts[:k]))
+        if path is not None:
+            return "::".join([path, *parts[k:], *tail])
+    return "::".join(["/".join(parts) + ".py", *tail])
