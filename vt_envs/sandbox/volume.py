@@ -39,6 +39,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 
 from vt_envs.errors import InvalidConfigError, SandboxUnavailableError
 
@@ -52,12 +53,13 @@ __all__ = [
 ]
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-# Mount, fill, say so, then wait for the host's pipe to close (EOF: the host closed the
-# volume or died). Arguments: mount point, mount options, the seed directory or "".
+# Mount and say so; read one line: the seed directory to copy in ("" for none), and say
+# so; then wait for the host's pipe to close (EOF: the host closed the volume, or died).
+# Arguments: mount point, mount options.
 _HOLDER_SCRIPT = (
-    'mount -t tmpfs -o "$2" vt-volume "$1" && '
-    '{ [ -z "$3" ] || cp -a --no-preserve=ownership "$3/." "$1"; } && '
-    "echo ready && exec cat >/dev/null 2>&1"
+    'mount -t tmpfs -o "$2" vt-volume "$1" && echo ready && IFS= read -r seed && '
+    '{ [ -z "$seed" ] || cp -a --no-preserve=ownership "$seed/." "$1"; } && '
+    "echo filled && exec cat >/dev/null 2>&1"
 )
 _FIX = (
     "the working copy's size-limited filesystem needs util-linux (`unshare`, `mount`, "
@@ -88,14 +90,17 @@ class Volume:
             system temp dir, which every sandbox masks).
         name: the mount point's name in that directory.
         seed: a directory whose contents the volume starts with (``cp -a``, ownership
-            not kept; copied in the holder's namespace before it reports ready, which
-            saves spawning a copier and resolving every path through ``/proc``).
+            not kept; copied in the holder's namespace, which saves spawning a copier
+            and resolving every path through ``/proc``).
+        defer_fill: return once mounted; :meth:`fill` gives the seed later (a volume
+            made ahead of time, off an episode's critical path).
 
     Attributes:
         path: where the host reaches the volume's root.
         mount_point: the volume's root as the holder's mount namespace sees it.
 
-    Raises :class:`SandboxUnavailableError` when it cannot be made here.
+    Raises :class:`SandboxUnavailableError` when it cannot be made here, and
+    :class:`VolumeFullError` when the seed does not fit.
     """
 
     def __init__(
@@ -106,31 +111,52 @@ class Volume:
         prefix: str = "vt-volume-",
         name: str = "fs",
         seed: str | os.PathLike[str] | None = None,
+        defer_fill: bool = False,
         timeout_s: float = 120.0,
     ):
         for label, value in (("size_bytes", size_bytes), ("inodes", inodes)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidConfigError(f"Volume {label} must be a positive int, got {value!r}")
         unshare, _ = volume_tools()
-        self.size_bytes, self.inodes = size_bytes, inodes
+        self.size_bytes, self.inodes, self.timeout_s = size_bytes, inodes, timeout_s
         self._dir = tempfile.mkdtemp(prefix=prefix)  # 0700
         self.mount_point = os.path.join(self._dir, name)
         self._holder: subprocess.Popen[bytes] | None = None
+        self._lines = b""  # what the holder said and was not read yet
+        self.filled = False
         try:
             os.mkdir(self.mount_point, 0o700)
-            self._holder = self._start_holder(unshare, os.fspath(seed or ""), timeout_s)
+            self._holder = self._start_holder(unshare)
+            if not defer_fill:  # (sent now: the holder reads it once mounted)
+                self._send_seed(seed)
+            self._expect(b"ready", "could not mount a private tmpfs")
             self.path = f"/proc/{self._holder.pid}/root{self.mount_point}"
             self._check_mounted()
+            if not defer_fill:
+                self._expect(b"filled", f"could not copy {seed!r} into the volume")
+                self._fill_done()
         except BaseException:
             self.close()
             raise
 
-    def _start_holder(self, unshare: str, seed: str, timeout_s: float) -> subprocess.Popen[bytes]:
+    def fill(self, seed: str | os.PathLike[str] | None) -> None:
+        """Copy ``seed``'s contents in (once, on a volume made with ``defer_fill``)."""
+        if self.filled or self._holder is None:
+            raise InvalidConfigError("Volume.fill: the volume is filled already, or closed")
+        try:
+            self._send_seed(seed)
+            self._expect(b"filled", f"could not copy {seed!r} into the volume")
+            self._fill_done()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_holder(self, unshare: str) -> subprocess.Popen[bytes]:
         userns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
         options = f"size={self.size_bytes},nr_inodes={self.inodes},mode=0700,nosuid,nodev"
         argv = [unshare, *userns, "--mount", "--propagation", "private", "--", "/bin/sh", "-c"]
-        holder = subprocess.Popen(
-            [*argv, _HOLDER_SCRIPT, "vt-volume", self.mount_point, options, seed],
+        return subprocess.Popen(
+            [*argv, _HOLDER_SCRIPT, "vt-volume", self.mount_point, options],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -140,22 +166,43 @@ class Volume:
             cwd="/",
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"},
         )
-        assert holder.stdout is not None and holder.stderr is not None
-        ready, _, _ = select.select([holder.stdout], [], [], timeout_s)
-        line = holder.stdout.readline() if ready else b""
-        if line != b"ready\n":
-            holder.kill()
-            _, errors = holder.communicate(timeout=timeout_s)
-            message = errors.decode(errors="replace")[-500:]
-            if "No space left" in message:
-                raise VolumeFullError(f"the seed {seed!r} does not fit the volume: {message}")
-            raise SandboxUnavailableError(
-                f"could not mount a private tmpfs ({message!r}, exit status "
-                f"{holder.returncode}): {_FIX}"
-            )
-        holder.stdout.close()
-        holder.stderr.close()
-        return holder
+
+    def _send_seed(self, seed: str | os.PathLike[str] | None) -> None:
+        line = os.fspath(seed) if seed is not None else ""
+        if "\n" in line or "\0" in line:
+            raise InvalidConfigError(f"a volume's seed path cannot hold a newline: {line!r}")
+        assert self._holder is not None and self._holder.stdin is not None
+        self._holder.stdin.write(line.encode() + b"\n")
+        self._holder.stdin.flush()
+
+    def _expect(self, word: bytes, failure: str) -> None:
+        """Wait (up to ``timeout_s``) for the holder's next line to be ``word``."""
+        assert self._holder is not None and self._holder.stdout is not None
+        fd, deadline = self._holder.stdout.fileno(), time.monotonic() + self.timeout_s
+        while b"\n" not in self._lines:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            chunk = os.read(fd, 256) if ready else b""
+            if not chunk:
+                break
+            self._lines += chunk
+        line, _, self._lines = self._lines.partition(b"\n")
+        if line == word:
+            return
+        holder = self._holder
+        holder.kill()
+        _, errors = holder.communicate(timeout=10)
+        message = errors.decode(errors="replace")[-500:]
+        if "No space left" in message:
+            raise VolumeFullError(f"{failure}: it does not fit ({message.strip()})")
+        raise SandboxUnavailableError(
+            f"{failure} ({message!r}, exit status {holder.returncode}): {_FIX}"
+        )
+
+    def _fill_done(self) -> None:
+        assert self._holder is not None and self._holder.stdout and self._holder.stderr
+        self._holder.stdout.close()
+        self._holder.stderr.close()
+        self.filled = True
 
     def _check_mounted(self) -> None:
         """Fail closed unless :attr:`path` is a filesystem of its own of the asked size."""
@@ -195,8 +242,9 @@ class Volume:
         holder, self._holder = self._holder, None
         if holder is not None:
             _LIVE.pop(holder.pid, None)
-            if holder.stdin is not None:
-                holder.stdin.close()
+            for pipe in (holder.stdin, holder.stdout, holder.stderr):
+                if pipe is not None:
+                    pipe.close()
             try:
                 holder.send_signal(signal.SIGKILL)
             except ProcessLookupError:  # already gone

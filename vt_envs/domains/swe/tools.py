@@ -20,15 +20,24 @@ truncated with ``"disk_quota"``, graded 0: bash checks while a call runs
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from vt_envs.core.tool import ToolResult
 from vt_envs.domains.swe.editor import EditorTool
-from vt_envs.domains.swe.workspace import DISK_QUOTA_MB, MAX_FILES, SHOWN_AS, Workspace
+from vt_envs.domains.swe.workspace import (
+    DISK_QUOTA_MB,
+    MAX_FILES,
+    SHOWN_AS,
+    Workspace,
+    empty_volume,
+)
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.bash_session import BashSession
+from vt_envs.sandbox.volume import Volume
 from vt_envs.tools.bash import BashTool
 
 __all__ = ["SWEBashTool", "SWEEditorTool", "WorkspaceStore"]
@@ -41,6 +50,9 @@ class WorkspaceStore:
         base_of: ``task -> repository directory`` the copy is made from
             (default: ``task.assets["repo"]``).
         disk_quota_mb, max_files: each copy's bounds (:class:`Workspace`).
+        spare: keep the next episode's (empty) volume mounted ahead of time, in a
+            background thread, so a reset only fills it (the holder's start, ~5 ms,
+            leaves the reset's critical path). Released by :meth:`shutdown`.
     """
 
     def __init__(
@@ -49,25 +61,48 @@ class WorkspaceStore:
         *,
         disk_quota_mb: int = DISK_QUOTA_MB,
         max_files: int = MAX_FILES,
+        spare: bool = True,
     ):
         for name, value in (("disk_quota_mb", disk_quota_mb), ("max_files", max_files)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidConfigError(f"{name} must be a positive int, got {value!r}")
         self.base_of = base_of or _repo_of
-        self.disk_quota_mb, self.max_files = disk_quota_mb, max_files
+        self.disk_quota_mb, self.max_files, self.spare = disk_quota_mb, max_files, spare
         self._current: Workspace | None = None
         self._task: Any = None
+        self._spares: list[concurrent.futures.Future[Volume]] = []  # at most one
+        # A store dropped without shutdown() still releases its spare.
+        self._finalizer = weakref.finalize(self, _release, self._spares)
         self.creation_s: list[float] = []  # every copy's creation time, for benchmarks
 
     def open(self, task: Any) -> Workspace:
         """The episode's copy: made by the first tool to open, joined by the rest."""
         if self._current is None or self._current.closed or self._task is not task:
             self._current = Workspace(
-                self.base_of(task), disk_quota_mb=self.disk_quota_mb, max_files=self.max_files
+                self.base_of(task),
+                disk_quota_mb=self.disk_quota_mb,
+                max_files=self.max_files,
+                volume=self._take_spare(),
             )
             self._task = task
             self.creation_s.append(self._current.created_s)
+            if self.spare and not self._spares:
+                self._spares.append(
+                    _background().submit(empty_volume, self.disk_quota_mb, self.max_files)
+                )
         return self._current
+
+    def _take_spare(self) -> Volume | None:
+        """The spare volume if it is ready (one still being made stays for next time; one
+        that failed is dropped, and the copy made here says why)."""
+        if not self._spares or not self._spares[0].done():
+            return None
+        future = self._spares.pop()
+        return future.result() if future.exception() is None else None
+
+    def shutdown(self) -> None:
+        """Release the spare volume (the env is closing; idempotent)."""
+        _release(self._spares)
 
     @property
     def active(self) -> Workspace | None:
@@ -85,6 +120,27 @@ class WorkspaceStore:
     def close(self) -> None:
         if self._current is not None:
             self._current.close()
+
+
+_BACKGROUND: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _background() -> concurrent.futures.ThreadPoolExecutor:
+    if not _BACKGROUND:
+        _BACKGROUND.append(
+            concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vt-swe-volumes")
+        )
+    return _BACKGROUND[0]
+
+
+def _release(spares: list[concurrent.futures.Future[Volume]]) -> None:
+    """Close the spare volumes (waiting for one still being made: it is quick)."""
+    while spares:
+        future = spares.pop()
+        try:
+            future.result(timeout=60).close()
+        except Exception:  # it failed, or never came: nothing to close
+            pass
 
 
 def _repo_of(task: Any) -> Path:
@@ -185,6 +241,10 @@ class SWEBashTool(BashTool):
     async def close_session(self, session: BashSession | None) -> None:
         await super().close_session(session)
         self.store.close()
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await asyncio.to_thread(self.store.shutdown)
 
 
 class SWEEditorTool(EditorTool):

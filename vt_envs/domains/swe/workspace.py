@@ -41,7 +41,7 @@ from vt_envs.domains.swe.files import DIR_MODE, FILE_MODE, SafeRoot
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.volume import PAGE_SIZE, Volume, VolumeFullError
 
-__all__ = ["DISK_QUOTA_MB", "MAX_FILES", "SHOWN_AS", "Workspace"]
+__all__ = ["DISK_QUOTA_MB", "MAX_FILES", "SHOWN_AS", "Workspace", "empty_volume"]
 
 #: Where the agent sees its working copy.
 SHOWN_AS = "/tmp/repo"
@@ -57,6 +57,8 @@ class Workspace:
         base: the directory copied.
         disk_quota_mb: the most file data the copy may hold (the base's included).
         max_files: the most entries it may hold (the base's included).
+        volume: an empty volume made ahead of time with these bounds
+            (:func:`empty_volume`), filled here instead of making one.
 
     Attributes:
         path: the copy's root as the host reaches it (``/proc/<holder>/root/...``;
@@ -76,6 +78,7 @@ class Workspace:
         *,
         disk_quota_mb: int = DISK_QUOTA_MB,
         max_files: int = MAX_FILES,
+        volume: Volume | None = None,
     ):
         base = Path(base)
         if not base.is_dir():
@@ -85,21 +88,20 @@ class Workspace:
                 raise InvalidConfigError(f"{name} must be a positive int, got {value!r}")
         start = time.perf_counter()
         self.quota_bytes, self.max_files = disk_quota_mb << 20, max_files
-        # One page and one entry beyond the bounds (and an inode for the root): the
-        # filesystem is full exactly when the copy is past its quota.
         try:
-            self._volume = Volume(
-                size_bytes=self.quota_bytes + PAGE_SIZE,
-                inodes=max_files + 2,
-                prefix="vt-swe-",
-                name="repo",
-                seed=base,
-            )
+            if volume is None:
+                volume = empty_volume(disk_quota_mb, max_files, defer_fill=False, seed=base)
+            elif (volume.size_bytes, volume.inodes) != _bounds(disk_quota_mb, max_files):
+                volume.close()
+                raise InvalidConfigError("Workspace: the volume given has other bounds")
+            else:
+                volume.fill(base)
         except VolumeFullError:
             raise InvalidConfigError(
                 f"the repository {str(base)!r} does not fit a working copy of "
                 f"disk_quota_mb={disk_quota_mb}, max_files={max_files}; raise them"
             ) from None
+        self._volume = volume
         self.path = Path(self._volume.path)
         try:
             _make_writable(self.path)
@@ -146,6 +148,33 @@ class Workspace:
 
     def __repr__(self) -> str:
         return f"<Workspace {self.path} closed={self.closed}>"
+
+
+def _bounds(disk_quota_mb: int, max_files: int) -> tuple[int, int]:
+    """The volume's size and inodes for these bounds: one page and one entry beyond them
+    (and an inode for the root), so the filesystem is full exactly when the copy is past
+    its quota."""
+    return (disk_quota_mb << 20) + PAGE_SIZE, max_files + 2
+
+
+def empty_volume(
+    disk_quota_mb: int = DISK_QUOTA_MB,
+    max_files: int = MAX_FILES,
+    *,
+    defer_fill: bool = True,
+    seed: Path | None = None,
+) -> Volume:
+    """A volume for a working copy with these bounds (by default mounted and waiting for
+    its :meth:`~vt_envs.sandbox.volume.Volume.fill`)."""
+    size_bytes, inodes = _bounds(disk_quota_mb, max_files)
+    return Volume(
+        size_bytes=size_bytes,
+        inodes=inodes,
+        prefix="vt-swe-",
+        name="repo",
+        seed=seed,
+        defer_fill=defer_fill,
+    )
 
 
 def _make_writable(root: Path) -> None:
