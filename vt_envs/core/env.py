@@ -723,11 +723,12 @@ class ToolEnv(gym.Env[dict, str]):
         eos = self.tokenizer.eos_token
         room = max(0, room)
         if isinstance(action, str):
+            action = valid_utf8(action)  # (a lone surrogate would crash the tokenizer)
             count = self.tokenizer.count_up_to(action, room)
             ended = action.endswith(eos)
             if count > room:
                 action = action[:_MAX_TEXT_CHARS]
-            return valid_utf8(action), ended, count
+            return action, ended, count
         ids = np.asarray(action)
         if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
             raise TypeError(
