@@ -9,6 +9,7 @@ import warnings
 import duckdb
 import faiss
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
@@ -350,3 +351,80 @@ def test_malformed_question_and_corpus_files_are_typed_errors(tmp_path):
         load_search_r1([["q", "a"]])
     with pytest.raises(InvalidConfigError, match=r"repeated: \['7'\]"):
         Corpus([Passage("7", "a", "x"), Passage("7", "b", "y")], name="dupes")
+
+
+def _first_title(env) -> str:
+    env.reset(seed=0)
+    obs, *_ = env.step("<search>capital of Portugal</search>")
+    return obs["text"].split("Doc 1 (Title: ", 1)[1].split(")", 1)[0]
+
+
+def _fresh_env(monkeypatch, retriever, corpus, questions):
+    """A VT-Search-v0 env that opens its cache anew (no retriever shared in-process)."""
+    monkeypatch.setattr(retriever_module, "_SHARED", {})
+    return gym.make("VT-Search-v0", retriever=retriever, corpus=str(corpus), dataset=str(questions))
+
+
+def _reverse_flat_vectors(path) -> None:
+    """Same size, still a valid FAISS file: the passages' vectors in reverse order."""
+    index = faiss.read_index(str(path))
+    n, d = index.ntotal, index.d
+    data = bytearray(path.read_bytes())
+    codes = len(data) - n * d * 4  # a flat index ends with its n x d float32 codes
+    rows = np.frombuffer(bytes(data[codes:]), dtype=np.float32).reshape(n, d)
+    data[codes:] = rows[::-1].tobytes()
+    path.write_bytes(bytes(data))
+
+
+def _swap_vocab(path, a, b) -> None:
+    """Still valid JSON: two words' ids exchanged."""
+    vocab = json.loads(path.read_text())
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    path.write_text(json.dumps(vocab))
+
+
+@pytest.mark.parametrize("retriever", RETRIEVERS)
+def test_a_tampered_cache_is_rebuilt_not_trusted(
+    own_data, tmp_path, monkeypatch, caplog, retriever
+):
+    """A cache file changed after it was written (bytes flipped, the file still valid)
+    or copied from another entry fails its manifest: the entry is rebuilt, with a
+    warning, and searches return the right passages again."""
+    import logging
+
+    corpus, questions = own_data
+    monkeypatch.setenv("VT_CACHE_DIR", str(tmp_path / "cache"))
+    env = _fresh_env(monkeypatch, retriever, corpus, questions)
+    assert _first_title(env) == "Lisbon"
+    env.close()
+    (entry,) = (p for p in (tmp_path / "cache" / "search").iterdir() if p.name != "tasks")
+    if retriever == "dense":
+        _reverse_flat_vectors(entry / "index-flat.faiss")
+    else:
+        _swap_vocab(entry / "vocab.index.json", "portugal", "spain")
+    with caplog.at_level(logging.WARNING):
+        env = _fresh_env(monkeypatch, retriever, corpus, questions)
+    assert _first_title(env) == "Lisbon"
+    assert any("cannot be used" in r.getMessage() for r in caplog.records)
+    env.close()
+
+
+def test_a_cache_entry_copied_from_another_corpus_is_rebuilt(own_data, tmp_path, monkeypatch):
+    corpus, questions = own_data
+    monkeypatch.setenv("VT_CACHE_DIR", str(tmp_path / "cache"))
+    other = tmp_path / "other.jsonl"
+    # its passage nearest to "capital of Portugal" is the second, not the first
+    rows = ['"Cheese"\nCheese is made from milk.', '"Oslo"\nOslo is the capital of Norway.']
+    rows.append('"Bern"\nBern is a town in Switzerland.')
+    records = [json.dumps({"id": str(i), "contents": c}) + "\n" for i, c in enumerate(rows)]
+    other.write_text("".join(records))
+    _fresh_env(monkeypatch, "dense", other, questions).close()
+    (theirs,) = (tmp_path / "cache" / "search").iterdir()
+    _fresh_env(monkeypatch, "dense", corpus, questions).close()
+    (ours,) = {p for p in (tmp_path / "cache" / "search").iterdir() if p.name != "tasks"} - {theirs}
+    for name in ("index-flat.faiss", "index-flat.faiss.manifest.json"):  # same shape: 3 x 384
+        if (theirs / name).exists():  # (with its manifest, where there is one)
+            (ours / name).write_bytes((theirs / name).read_bytes())
+    env = _fresh_env(monkeypatch, "dense", corpus, questions)
+    assert _first_title(env) == "Lisbon"
+    env.close()

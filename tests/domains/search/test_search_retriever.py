@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 import faiss
 import numpy as np
@@ -231,7 +232,7 @@ def test_unreadable_cache_files_are_rebuilt_and_a_bad_prebuilt_index_is_named(
     with caplog.at_level(logging.WARNING):
         rebuilt = DenseRetriever(small_corpus, HashingEmbedder(), cache=tmp_path, progress=False)
     assert _titles(rebuilt, "Danube river Austria")[0] == "Vienna"
-    assert sum("unreadable" in r.getMessage() for r in caplog.records) == 2
+    assert sum("cannot be used" in r.getMessage() for r in caplog.records) == 2
 
     garbage = tmp_path / "user.index"
     garbage.write_bytes(b"not an index")
@@ -242,3 +243,77 @@ def test_unreadable_cache_files_are_rebuilt_and_a_bad_prebuilt_index_is_named(
     (vocab,) = tmp_path.glob("*bm25s*/vocab.index.json")
     vocab.write_text("{ broken")
     assert _titles(BM25Retriever(small_corpus, cache=tmp_path), "Romulus legend")[0] == "Rome"
+
+
+class _Planted:
+    """Unpickling this creates ``path``: proof that a cache file was unpickled."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_cached_array_is_never_unpickled_even_with_a_matching_manifest(small_corpus, tmp_path):
+    from vt_envs.domains.search.index import manifest_of, seal
+
+    dense = DenseRetriever(small_corpus, HashingEmbedder(), cache=tmp_path, progress=False)
+    directory = dense.index_path.parent
+    embeddings = directory / "embeddings.npy"
+    key = dense._cache_key()
+    marker = tmp_path / "unpickled"
+    np.save(embeddings, np.array([_Planted(marker)], dtype=object), allow_pickle=True)
+    seal(manifest_of(embeddings), [embeddings], key)  # whoever planted it sealed it too
+    for stale in directory.glob("index-*"):
+        stale.unlink()  # so the index is rebuilt from the cached embeddings
+    rebuilt = DenseRetriever(small_corpus, HashingEmbedder(), cache=tmp_path, progress=False)
+    assert not marker.exists()
+    assert _titles(rebuilt, "Danube river Austria")[0] == "Vienna"
+    assert rebuilt.embeddings().dtype == np.float32
+
+
+def test_a_manifest_names_its_key_files_sizes_and_digests(tmp_path, monkeypatch):
+    from vt_envs.domains.search.index import manifest_of, publish, unsealed
+
+    path = tmp_path / "entry.json"
+    key = {"corpus": "abc", "n": 3}
+    publish(path, lambda tmp: tmp.write_text('["a", "b"]'), key, lambda tmp: None)
+    manifest = manifest_of(path)
+    assert unsealed(manifest, [path], key) is None
+    assert "built for" in unsealed(manifest, [path], {**key, "n": 4})
+    assert "lists" in unsealed(manifest, [path, tmp_path / "other"], key)
+    path.write_text('["a", "c"]')  # same size, other bytes
+    assert "SHA-256" in unsealed(manifest, [path], key)
+    path.write_text('["a"]')
+    assert "bytes, not" in unsealed(manifest, [path], key)
+    manifest.unlink()
+    assert "no manifest" in unsealed(manifest, [path], key)
+    manifest.write_text("{ not json")
+    assert "unreadable" in unsealed(manifest, [path], key)
+
+
+def test_verify_by_stat_skips_hashing_a_file_left_as_sealed(tmp_path, monkeypatch):
+    from vt_envs.domains.search import index as index_module
+
+    path = tmp_path / "big.bin"
+    key = {"k": 1}
+    index_module.publish(path, lambda tmp: tmp.write_bytes(bytes(4096)), key, lambda tmp: None)
+    hashed = []
+    real = index_module._sha256
+    monkeypatch.setattr(index_module, "_sha256", lambda p: hashed.append(p) or real(p))
+    manifest = index_module.manifest_of(path)
+    assert index_module.unsealed(manifest, [path], key) is None and len(hashed) == 1
+    monkeypatch.setenv("VT_CACHE_VERIFY", "stat")
+    assert index_module.unsealed(manifest, [path], key) is None and len(hashed) == 1
+    sealed = path.stat()
+    with path.open("r+b") as f:  # rewritten in place, the same size ...
+        f.seek(200)
+        f.write(b"\x01")
+    os.utime(path, ns=(sealed.st_atime_ns, sealed.st_mtime_ns))  # ... its mtime put back:
+    assert index_module.unsealed(manifest, [path], key) is None  # the documented gap
+    os.utime(path, ns=(sealed.st_atime_ns, sealed.st_mtime_ns + 10**9))  # a write 1 s later
+    assert "SHA-256" in index_module.unsealed(manifest, [path], key)
+    monkeypatch.delenv("VT_CACHE_VERIFY")
+    os.utime(path, ns=(sealed.st_atime_ns, sealed.st_mtime_ns))
+    assert "SHA-256" in index_module.unsealed(manifest, [path], key)  # the default hashes

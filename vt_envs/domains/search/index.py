@@ -11,7 +11,25 @@ Inner product over unit vectors (cosine similarity), in one of three kinds:
 Embeddings and indexes are cached under ``$VT_CACHE_DIR/search`` (or
 ``~/.cache/vt_envs/search``) in a directory keyed by the corpus hash and the
 embedder id, one index file per index configuration; files are written to a
-temporary name and renamed, so a crash never leaves half a cache. Cached and
+temporary name and renamed, so a crash never leaves half a cache.
+
+Every cache entry is sealed: a manifest next to it (``NAME.manifest.json``; a
+directory entry holds ``manifest.json``) records what it was built from (its
+build key: corpus hash, embedder id, dimension, count, index configuration)
+and each file's size and SHA-256. An entry is used only if its manifest is
+there, names the key being asked for, and every file has its recorded size
+and digest; otherwise it is removed and rebuilt, with a warning naming why
+(a truncated or bit-flipped file, a file replaced by another entry's, an entry
+from before manifests). Nothing in a cache is ever unpickled
+(``allow_pickle=False`` throughout). Verifying costs a read of each file at
+load: about 20 ms for the default corpus's 15 MB embeddings and 15 MB flat
+index, i.e. ~0.7 s per GB; ``$VT_CACHE_VERIFY=stat`` trusts a file whose size,
+mtime and inode are the ones recorded when it was sealed instead (for
+multi-GB indexes; a change through the file system is still caught, a
+same-size rewrite that restores the mtime is not). The manifest guards
+against corruption and mix-ups, not against someone who can write the cache
+directory (they can rewrite a manifest too): keep the cache directory as
+private as the code. Cached and
 user-supplied index files are opened with FAISS's memory-mapping flag for
 flat codes (``IO_FLAG_MMAP_IFC``; plain ``IO_FLAG_MMAP`` still copies a flat
 index into RAM), so processes that open one file share one copy in the page
@@ -27,9 +45,10 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -41,9 +60,18 @@ __all__ = [
     "build_index",
     "cache_dir",
     "cached_array",
+    "manifest_of",
     "open_index",
+    "publish",
+    "seal",
+    "unsealed",
     "write_atomically",
 ]
+
+T = TypeVar("T")
+
+#: What a manifest holds (bumped when its layout changes: older entries are rebuilt).
+MANIFEST_FORMAT = 1
 
 INDEX_KINDS = ("flat", "hnsw", "ivf")
 
@@ -187,25 +215,122 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
-def cached_array(path: Path, compute: Callable[[], np.ndarray]) -> np.ndarray:
-    """``np.load(path, mmap_mode="r")`` if cached, else compute, save atomically and load.
+def manifest_of(path: Path) -> Path:
+    """Where the manifest of the cache file ``path`` lives (next to it)."""
+    return path.with_name(path.name + ".manifest.json")
 
-    A cached file that cannot be read (truncated by a full disk...) is
-    rebuilt, with a warning.
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _stat(path: Path) -> list[int]:
+    info = path.stat()
+    return [info.st_size, info.st_mtime_ns, info.st_ino]
+
+
+def seal(manifest: Path, files: Sequence[Path], key: Mapping[str, Any]) -> None:
+    """Write ``manifest``: the build ``key`` and each of ``files``' size and SHA-256
+    (listed by name; a file may still have a temporary name, see :func:`publish`)."""
+    _write_manifest(manifest, {f.name: f for f in files}, key)
+
+
+def _write_manifest(manifest: Path, files: Mapping[str, Path], key: Mapping[str, Any]) -> None:
+    entries = {
+        name: {"size": f.stat().st_size, "sha256": _sha256(f), "stat": _stat(f)}
+        for name, f in files.items()
+    }
+    record = {"format": MANIFEST_FORMAT, "key": dict(key), "files": entries}
+    write_atomically(manifest, lambda tmp: tmp.write_text(json.dumps(record, indent=1)))
+
+
+def publish(
+    path: Path, write: Callable[[Path], None], key: Mapping[str, Any], open_: Callable[[Path], T]
+) -> T:
+    """Write a cache file and its manifest; return ``open_`` of what was written.
+
+    ``write(tmp)`` writes to a temporary name; it is opened there (a memory map
+    follows the file, not its name), sealed under its final name, then renamed
+    into place: a process that judges the entry meanwhile at worst rebuilds it,
+    and never makes this one read a file it removed.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        opened = open_(tmp)
+        _write_manifest(manifest_of(path), {path.name: tmp}, key)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return opened
+
+
+def unsealed(manifest: Path, files: Sequence[Path], key: Mapping[str, Any]) -> str | None:
+    """Why the entry of ``files`` may not be used (``None``: it may).
+
+    It may when ``manifest`` exists, is for ``key``, lists exactly ``files``, and
+    each file has its recorded size and SHA-256 (or, with
+    ``$VT_CACHE_VERIFY=stat``, its recorded size, mtime and inode).
+    """
+    try:
+        record = json.loads(manifest.read_text(encoding="utf-8"))
+        listed = record["files"]
+        if record.get("format") != MANIFEST_FORMAT or not isinstance(listed, dict):
+            return "its manifest has another format"
+    except FileNotFoundError:
+        return "it has no manifest (written before manifests, or not finished)"
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        return f"its manifest is unreadable ({exc!r})"
+    if record.get("key") != json.loads(json.dumps(dict(key))):
+        return f"it was built for {record.get('key')!r}, not {dict(key)!r}"
+    if sorted(listed) != sorted(f.name for f in files):
+        return f"its manifest lists {sorted(listed)}, not {sorted(f.name for f in files)}"
+    by_stat = os.environ.get("VT_CACHE_VERIFY", "digest") == "stat"
+    for path in files:
+        entry = listed[path.name]
+        try:
+            if path.stat().st_size != entry.get("size"):
+                return f"{path.name} has {path.stat().st_size} bytes, not {entry.get('size')}"
+            if by_stat and _stat(path) == entry.get("stat"):
+                continue
+            if _sha256(path) != entry.get("sha256"):
+                return f"{path.name}'s SHA-256 is not the one recorded"
+        except OSError as exc:
+            return f"{path.name} is unreadable ({exc})"
+    return None
+
+
+def cached_array(
+    path: Path, compute: Callable[[], np.ndarray], key: Mapping[str, Any]
+) -> np.ndarray:
+    """``np.load(path, mmap_mode="r")`` if cached and sealed for ``key``, else compute,
+    save atomically, seal and load.
+
+    A cached file that fails its manifest (see :func:`unsealed`) or cannot be
+    read is rebuilt, with a warning. Never unpickles.
     """
     if path.is_file():
-        try:
-            return np.load(path, mmap_mode="r")
-        except (ValueError, OSError, EOFError) as exc:
-            _discard(path, exc)
+        reason = unsealed(manifest_of(path), [path], key)
+        if reason is None:
+            try:
+                return _load_npy(path)
+            except (ValueError, OSError, EOFError) as exc:
+                reason = f"it is unreadable ({exc})"
+        _discard(path, reason)
     array = np.ascontiguousarray(compute())
-    write_atomically(path, lambda tmp: _save_npy(tmp, array))
-    return np.load(path, mmap_mode="r")
+    return publish(path, lambda tmp: _save_npy(tmp, array), key, _load_npy)
 
 
-def _discard(path: Path, exc: BaseException) -> None:
-    logger.warning("the cached %s is unreadable (%s); rebuilding it", path, exc)
-    path.unlink(missing_ok=True)
+def _load_npy(path: Path) -> np.ndarray:
+    return np.load(path, mmap_mode="r", allow_pickle=False)
+
+
+def _discard(path: Path, reason: str, *others: Path) -> None:
+    logger.warning("the cached %s cannot be used: %s; rebuilding it", path, reason)
+    for stale in (path, *others, manifest_of(path)):
+        stale.unlink(missing_ok=True)
 
 
 def _save_npy(tmp: Path, array: np.ndarray) -> None:
@@ -214,39 +339,44 @@ def _save_npy(tmp: Path, array: np.ndarray) -> None:
 
 
 def cached_index(
-    directory: Path, vectors: Callable[[], np.ndarray], n: int, config: IndexConfig
+    directory: Path,
+    vectors: Callable[[], np.ndarray],
+    n: int,
+    config: IndexConfig,
+    key: Mapping[str, Any],
 ) -> tuple[object, Path, float]:
     """Open (building first if needed) the index of ``config`` cached in ``directory``.
 
-    Returns ``(index, path, build_seconds)``; ``build_seconds`` is 0 on a cache hit.
+    ``key`` says what the vectors are (corpus, embedder...); the entry is sealed
+    for it and ``config`` (see :func:`unsealed`). Returns ``(index, path,
+    build_seconds)``; ``build_seconds`` is 0 on a cache hit.
     """
     import faiss
 
     path = directory / f"index-{config.cache_name(n)}.faiss"
+    meta_path = directory / f"{path.name}.json"  # (build facts for people; never read)
+    key = {**key, "index": config.cache_name(n), "ntotal": n}
     seconds = 0.0
     if path.is_file():
-        try:
-            index = open_index(path)
-            if index.ntotal == n:
-                apply_search_params(index, config)
-                return index, path, seconds
-            _discard(path, ValueError(f"it holds {index.ntotal} vectors, not {n}"))
-        except InvalidConfigError as exc:
-            _discard(path, exc)
+        reason = unsealed(manifest_of(path), [path], key)
+        if reason is None:
+            try:
+                index = open_index(path)
+                if index.ntotal == n:
+                    apply_search_params(index, config)
+                    return index, path, seconds
+                reason = f"it holds {index.ntotal} vectors, not {n}"
+            except InvalidConfigError as exc:
+                reason = f"it is unreadable ({exc})"
+        _discard(path, reason, meta_path)
     start = time.perf_counter()
     index = build_index(np.asarray(vectors()), config)
     seconds = time.perf_counter() - start
-    write_atomically(path, lambda tmp: faiss.write_index(index, str(tmp)))
     meta = {"build_s": seconds, "ntotal": n, **dataclasses.asdict(config)}
-    _write_meta(directory, path.name, meta)
-    index = open_index(path)
+    write_atomically(meta_path, lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
+    index = publish(path, lambda tmp: faiss.write_index(index, str(tmp)), key, open_index)
     apply_search_params(index, config)
     return index, path, seconds
-
-
-def _write_meta(directory: Path, name: str, meta: dict) -> None:
-    meta_path = directory / f"{name}.json"
-    write_atomically(meta_path, lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
 
 
 def cache_key(*parts: str) -> str:

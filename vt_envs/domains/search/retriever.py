@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -51,6 +52,8 @@ from vt_envs.domains.search.index import (
     cached_array,
     cached_index,
     open_index,
+    seal,
+    unsealed,
 )
 from vt_envs.errors import InvalidConfigError
 
@@ -68,6 +71,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 RETRIEVERS = ("auto", "dense", "bm25")
+#: The manifest inside a cached BM25 index directory (see :func:`~.index.unsealed`).
+_BM25_MANIFEST = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,7 @@ class DenseRetriever(Retriever):
                 lambda: self.embeddings(directory, progress=progress),
                 len(corpus),
                 self.config,
+                self._cache_key(),
             )
             source = self.config.describe(len(corpus))
         if self.index.ntotal != len(corpus) or self.index.d != embedder.dim:
@@ -254,10 +260,18 @@ class DenseRetriever(Retriever):
             )
         self.name = f"dense:{embedder.id}/{source}"
 
+    def _cache_key(self) -> dict[str, object]:
+        """What the cached embeddings (and the indexes over them) are built from."""
+        corpus, embedder = self.corpus, self.embedder
+        return {"corpus": corpus.content_hash, "embedder": embedder.id, "dim": embedder.dim,
+                "passages": len(corpus)}  # fmt: skip
+
     def embeddings(self, directory: Path | None = None, *, progress: bool = False) -> np.ndarray:
-        """The corpus embeddings (cached as ``embeddings.npy`` next to the indexes)."""
+        """The corpus embeddings (cached as ``embeddings.npy`` next to the indexes, sealed)."""
         directory = directory or self.index_path.parent
-        return cached_array(directory / "embeddings.npy", lambda: self._embed_corpus(progress))
+        return cached_array(
+            directory / "embeddings.npy", lambda: self._embed_corpus(progress), self._cache_key()
+        )
 
     def _embed_corpus(self, progress: bool) -> np.ndarray:
         texts = [p.contents() for p in self.corpus]
@@ -297,36 +311,45 @@ class BM25Retriever(Retriever):
         self.corpus = corpus
         self.name = "bm25"
         directory = (cache or cache_dir()) / cache_key(corpus.content_hash, "bm25s")
+        key = {"corpus": corpus.content_hash, "passages": len(corpus), "bm25s": bm25s.__version__}
         start = time.perf_counter()
         self._bm25 = None
-        if (directory / "params.index.json").is_file():
-            try:
-                self._bm25 = bm25s.BM25.load(str(directory), mmap=True)
-                self.build_s = 0.0
-            except Exception as exc:  # a truncated or half-deleted cache: rebuild it
+        if directory.is_dir():
+            files = sorted(p for p in directory.iterdir() if p.name != _BM25_MANIFEST)
+            reason = unsealed(directory / _BM25_MANIFEST, files, key)
+            if reason is None:
+                try:
+                    self._bm25 = bm25s.BM25.load(str(directory), mmap=True, allow_pickle=False)
+                    self.build_s = 0.0
+                except Exception as exc:  # sealed, yet bm25s cannot read it
+                    reason = f"it is unreadable ({exc!r})"
+            if reason is not None:
                 logger.warning(
-                    "the cached BM25 index %s is unreadable (%r); rebuilding", directory, exc
+                    "the cached BM25 index %s cannot be used: %s; rebuilding it", directory, reason
                 )
-                import shutil
-
                 shutil.rmtree(directory, ignore_errors=True)
         if self._bm25 is None:
-            tokens = bm25s.tokenize(
-                [p.contents() for p in corpus], stopwords="en", show_progress=False
-            )
-            self._bm25 = bm25s.BM25()
-            self._bm25.index(tokens, show_progress=False)
-            tmp = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
-            self._bm25.save(str(tmp))
-            directory.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.replace(tmp, directory)
-            except OSError:  # another process saved it first
-                import shutil
-
-                shutil.rmtree(tmp, ignore_errors=True)
+            self._bm25 = self._build(corpus, directory, key)
             self.build_s = time.perf_counter() - start
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _build(corpus: Corpus, directory: Path, key: dict[str, object]) -> object:
+        """Index ``corpus``, save it sealed to a temporary directory, rename it into place."""
+        import bm25s
+
+        tokens = bm25s.tokenize([p.contents() for p in corpus], stopwords="en", show_progress=False)
+        bm25 = bm25s.BM25()
+        bm25.index(tokens, show_progress=False)
+        tmp = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
+        bm25.save(str(tmp), allow_pickle=False)
+        seal(tmp / _BM25_MANIFEST, sorted(tmp.iterdir()), key)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(tmp, directory)
+        except OSError:  # another process saved it first
+            shutil.rmtree(tmp, ignore_errors=True)
+        return bm25
 
     @property
     def index_bytes(self) -> int:

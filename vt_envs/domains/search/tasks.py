@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import re
 import threading
 from collections.abc import Iterable, Sequence
@@ -35,7 +36,13 @@ from dataclasses import dataclass
 
 from vt_envs.core.task import Task, TaskList
 from vt_envs.domains.search.corpus import Corpus, Passage
-from vt_envs.domains.search.index import cache_dir, cache_key, write_atomically
+from vt_envs.domains.search.index import (
+    cache_dir,
+    cache_key,
+    manifest_of,
+    publish,
+    unsealed,
+)
 from vt_envs.domains.search.retriever import Retriever
 from vt_envs.domains.search.verifier import normalize_answer
 from vt_envs.errors import InvalidConfigError
@@ -48,6 +55,8 @@ __all__ = [
     "search_tasks",
     "split_of",
 ]
+
+logger = logging.getLogger(__name__)
 
 TASK_KINDS = ("masked_subject", "year_cloze", "two_hop")
 #: Bumped whenever generation changes, so cached filters are rebuilt.
@@ -398,18 +407,24 @@ def _kept_ids(
     candidates: Sequence[Candidate], retriever: Retriever, k: int, split: str
 ) -> set[str]:
     """Ids of ``split``'s candidates that pass the retrieval check (cached on disk)."""
-    name = cache_key(
-        retriever.corpus.content_hash, retriever.name, split, f"k{k}", f"v{GENERATOR_VERSION}"
-    )
-    path = cache_dir() / "tasks" / f"{name}.json"
+    parts = (retriever.corpus.content_hash, retriever.name, split, f"k{k}", f"v{GENERATOR_VERSION}")
+    path = cache_dir() / "tasks" / f"{cache_key(*parts)}.json"
+    key = {"kept_ids": list(parts)}
     if path.is_file():
-        try:
-            return set(json.loads(path.read_text()))
-        except (ValueError, TypeError):  # unreadable: compute it again
-            path.unlink(missing_ok=True)
+        reason = unsealed(manifest_of(path), [path], key)
+        if reason is None:
+            try:
+                kept = json.loads(path.read_text())
+                if isinstance(kept, list) and all(isinstance(i, str) for i in kept):
+                    return set(kept)
+                reason = "it is not a list of task ids"
+            except (ValueError, TypeError) as exc:
+                reason = f"it is unreadable ({exc})"
+        logger.warning("the cached task ids %s cannot be used: %s; recomputing", path, reason)
+        path.unlink(missing_ok=True)
     mine = [c for c in candidates if c.split == split]
     kept = [c.id for c, ok in zip(mine, retrievable(mine, retriever, k)) if ok]
-    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(kept)))
+    publish(path, lambda tmp: tmp.write_text(json.dumps(kept)), key, lambda tmp: None)
     return set(kept)
 
 
