@@ -249,7 +249,8 @@ def test_an_answer_full_of_unclosed_boxes_is_graded_at_once():
 
     import gymnasium as gym
 
-    env = gym.make("VT-Math-v0", split="test")
+    # A budget the answer fits in: an action over max_episode_tokens is not graded at all.
+    env = gym.make("VT-Math-v0", split="test", max_episode_tokens=1 << 20)
     env.reset(seed=0)
     start = time.monotonic()
     _, reward, terminated, _, _ = env.step("<answer>" + "\\boxed{" * 60000 + "</answer>")
