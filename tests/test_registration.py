@@ -111,3 +111,19 @@ def test_a_deadline_keyword_that_is_not_a_deadline_is_refused(env_id, keyword, v
         gym.make(env_id, **{keyword: value}).close()
     message = str(caught.value)
     assert keyword in message and repr(value) in message and f"{keyword}=10.0" in message
+
+
+@pytest.mark.parametrize(
+    "env_id,keyword",
+    [
+        ("VT-SQL-v0", "query_timeout_s"),
+        ("VT-SWE-v0", "eval_timeout_s"),
+        ("VT-Math-v0", "verify_timeout_s"),
+    ],
+)
+def test_the_longest_deadline_a_user_may_set_builds_the_env(env_id, keyword):
+    """Deadlines a domain derives from it (SQL's verifier: twice the query's; SWE's
+    verification: the hidden tests' + 30 s) are not refused for passing the cap."""
+    from vt_envs.core.tool import MAX_TIMEOUT_S
+
+    gym.make(env_id, **{keyword: MAX_TIMEOUT_S}).close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -341,9 +342,12 @@ class ToolEnv(gym.Env[dict, str]):
                 raise InvalidConfigError(f"{field_name} must be an int >= 1, got {value!r}")
         if max_tool_calls is not None and max_tool_calls < 0:
             raise InvalidConfigError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
-        verify_timeout_s = check_timeout("verify_timeout_s", verify_timeout_s, optional=True)
+        # (asyncio alone waits on these, and a domain may derive them: no upper limit)
+        verify_timeout_s = check_timeout(
+            "verify_timeout_s", verify_timeout_s, optional=True, limit=math.inf
+        )
         max_episode_seconds = check_timeout(
-            "max_episode_seconds", max_episode_seconds, optional=True
+            "max_episode_seconds", max_episode_seconds, optional=True, limit=math.inf
         )
         names = [tool.name for tool in tools]
         if len(set(names)) != len(names):

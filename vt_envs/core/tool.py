@@ -60,31 +60,36 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "vt_envs.tools"
 
-#: The longest deadline VT accepts (about 11.6 days): longer is not a deadline, and
-#: some waits (``threading`` locks) overflow on huge timeouts.
+#: The longest deadline a user may set (about 11.6 days): past ~24.8 days some waits
+#: (``epoll``, through ``selectors`` and ``subprocess``) overflow.
 MAX_TIMEOUT_S = 1e6
 
 
-def check_timeout(name: str, value: Any, *, optional: bool = False) -> float | None:
+def check_timeout(
+    name: str, value: Any, *, optional: bool = False, limit: float = MAX_TIMEOUT_S
+) -> float | None:
     """``value`` as a deadline in seconds, or :class:`InvalidConfigError` naming ``name``.
 
     A deadline is a real number (not a bool), finite, > 0 and at most
-    :data:`MAX_TIMEOUT_S`; ``None`` passes only when ``optional`` (no limit).
-    Every deadline is checked where it enters VT, because one NaN that
-    reached the shared event loop would break its timer heap: a ``NaN``
-    deadline compares false with every other, and timers of *other* sessions
-    queued behind it stop firing in order.
+    ``limit`` (:data:`MAX_TIMEOUT_S` for what a user sets; ``math.inf`` where
+    VT derives a deadline from checked ones and only the event loop waits on
+    it); ``None`` passes only when ``optional`` (no limit). Every deadline is
+    checked where it enters VT, because one NaN that reached the shared event
+    loop would break its timer heap: a ``NaN`` deadline compares false with
+    every other, and timers of *other* sessions queued behind it stop firing
+    in order.
     """
     if value is None and optional:
         return None
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if ok:
         seconds = float(value)
-        ok = math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_S
+        ok = math.isfinite(seconds) and 0 < seconds <= limit
     if not ok:
+        at_most = f" and <= {limit:g}" if math.isfinite(limit) else ""
         none = " or None (no limit)" if optional else ""
         raise InvalidConfigError(
-            f"{name} must be a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:g}{none}, "
+            f"{name} must be a finite number of seconds > 0{at_most}{none}, "
             f"got {value!r}. Fix: pass e.g. {name}=10.0."
         )
     return seconds
@@ -166,7 +171,7 @@ class Tool(abc.ABC):
         :attr:`timeout_s` when it is ``None``."""
         if timeout_s is None:
             return self.timeout_s
-        return check_timeout("timeout_s", timeout_s)
+        return check_timeout("timeout_s", timeout_s, limit=math.inf)
 
     async def open_session(self, task: Any, *, seed: int) -> Any:
         """Create per-episode state for ``task`` (a :class:`~vt_envs.core.task.Task`).

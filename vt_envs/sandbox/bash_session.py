@@ -18,6 +18,7 @@ agent that the cwd and variables are back to their defaults.
 
 from __future__ import annotations
 
+import math
 import secrets
 import shlex
 import time
@@ -122,7 +123,7 @@ class BashSession(SandboxSession):
     async def run(self, command: str, timeout_s: float) -> BashOutcome:
         """Run ``command``; never raises for anything the command does (a ``timeout_s``
         that is not a deadline raises :class:`InvalidConfigError`, before anything runs)."""
-        timeout_s = check_timeout("timeout_s", timeout_s)
+        timeout_s = check_timeout("timeout_s", timeout_s, limit=math.inf)
         try:
             return await self._serialized(lambda: self._run(command, timeout_s))
         except SessionClosed:

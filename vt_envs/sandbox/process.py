@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import os
 import random
 import secrets
@@ -496,7 +497,7 @@ class SandboxProcess:
         this request's (forged or stale): the caller kills the sandbox.
         """
         nonce = nonce or _new_nonce()
-        check_timeout("timeout_s", timeout_s)  # a NaN would break the loop's timer heap
+        check_timeout("timeout_s", timeout_s, limit=math.inf)  # a NaN breaks the timer heap
         await self._send(_frame({**request, "nonce": nonce}))
         try:
             async with asyncio.timeout(timeout_s):  # (wait_for would start a task per request)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -206,7 +207,7 @@ class PythonWorker(SandboxSession):
     async def run(self, code: str, timeout_s: float) -> PythonOutcome:
         """Run ``code``; never raises for anything the code does (a ``timeout_s`` that
         is not a deadline raises :class:`InvalidConfigError`, before anything runs)."""
-        timeout_s = check_timeout("timeout_s", timeout_s)
+        timeout_s = check_timeout("timeout_s", timeout_s, limit=math.inf)
         try:
             return await self._serialized(lambda: self._run(code, timeout_s))
         except SessionClosed:

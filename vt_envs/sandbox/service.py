@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -96,7 +97,7 @@ class ServiceSession(SandboxSession):
         starts a new one) or :class:`SessionClosed`; :class:`InvalidConfigError`
         (before anything is sent) when ``timeout_s`` is not a deadline.
         """
-        timeout_s = check_timeout("timeout_s", timeout_s)
+        timeout_s = check_timeout("timeout_s", timeout_s, limit=math.inf)
         return await self._serialized(lambda: self._request(dict(payload), timeout_s))
 
     async def _request(self, payload: dict[str, Any], timeout_s: float) -> Any:
