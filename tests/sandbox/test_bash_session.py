@@ -83,3 +83,31 @@ def test_registry():
     import vt_envs.tools  # noqa: F401
 
     assert tool_registry.get("bash") is BashTool and BashTool.tag_argument == "command"
+
+
+@pytest.mark.asyncio
+async def test_unsandboxed_the_shell_kills_only_its_own_session():
+    """Without a sandbox there is no pid namespace: the per-call cleanup must kill the
+    shell's own background jobs and nothing else (as root, ``kill -9 -1`` was every
+    process on the machine)."""
+    import subprocess
+    import warnings
+
+    from vt_envs.sandbox.policy import UNSAFE_ISOLATION
+
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the unsafe mode warns, as it should
+        unsafe = BashTool(timeout_s=5, policy=SMALL, isolation=UNSAFE_ISOLATION)
+    session = await unsafe.open_session(None)
+    try:
+        started = await sh(unsafe, session, "sleep 60 & echo $!")
+        job = int(started.text.split()[0])
+        after = await sh(unsafe, session, f"kill -0 {job} 2>/dev/null && echo alive || echo gone")
+        assert after.text.startswith("gone")  # the job ended with its call
+        assert bystander.poll() is None  # a process outside the shell's session lives on
+        assert (await sh(unsafe, session, "echo still here")).text.startswith("still here")
+    finally:
+        await unsafe.close_session(session)
+        bystander.kill()
+        bystander.wait()

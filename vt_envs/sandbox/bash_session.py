@@ -9,7 +9,11 @@ the shell undoes what could subvert its bookkeeping — functions or aliases
 named like the builtins it uses, disabled builtins, traps, ``set -e`` — and
 kills every other process in the sandbox (``kill -9 -1``: the sandbox has its
 own pid namespace, so "every process" is only the sandbox's), so background
-jobs never outlive their call. stdout and stderr are merged, as in a terminal.
+jobs never outlive their call. Unsandboxed (the unsafe mode, no pid namespace)
+``kill -9 -1`` would be every process the uid may signal — as root, the whole
+machine — so there the shell kills only the other processes of its own session
+(a job that calls ``setsid`` escapes: the unsafe mode contains nothing).
+stdout and stderr are merged, as in a terminal.
 
 If a call times out, or the shell exits or is replaced by ``exec``, the
 sandbox is killed and a new shell started; ``restarted=True`` tells the
@@ -72,14 +76,28 @@ _RESET = (
 )
 
 
-def _wrap(command: str, nonce: str) -> str:
+# Unsandboxed: every process whose session (the 4th field after ``(comm)`` in
+# /proc/PID/stat) is the shell's, but the shell; builtins and keywords only.
+_KILL_OWN_SESSION = (
+    "IFS= \\builtin read -r __vt_l < /proc/$$/stat\n"
+    "IFS=' ' \\builtin read -r -a __vt_f <<< \"${__vt_l##*) }\"; __vt_sid=${__vt_f[3]}\n"
+    "for __vt_p in /proc/[0-9]*; do __vt_p=${__vt_p#/proc/}; [[ $__vt_p == $$ ]] && continue\n"
+    "  IFS= \\builtin read -r __vt_l < /proc/$__vt_p/stat || continue\n"
+    "  IFS=' ' \\builtin read -r -a __vt_f <<< \"${__vt_l##*) }\"\n"
+    '  [[ ${__vt_f[3]} == "$__vt_sid" ]] && \\builtin kill -9 "$__vt_p"\n'
+    "done"
+)
+
+
+def _wrap(command: str, nonce: str, *, sandboxed: bool = True) -> str:
     delimiter = f"VT_EOF_{nonce}"
+    kill = "\\builtin kill -9 -1" if sandboxed else _KILL_OWN_SESSION
     return (
         f"IFS= \\builtin read -r -d '' __vt_cmd <<'{delimiter}'\n{command}\n{delimiter}\n"
         '\\builtin eval "$__vt_cmd" </dev/null\n'
         "__vt_rc=$?\n"
         f"{_RESET}"
-        "{ \\builtin kill -9 -1; \\builtin wait; } 2>/dev/null\n"
+        f"{{ {kill}; \\builtin wait; }} 2>/dev/null\n"
         f"\\builtin printf '\\036%d\\036{nonce}\\036' \"$__vt_rc\"\n"
     )
 
@@ -137,7 +155,7 @@ class BashSession(SandboxSession):
         proc.stdout.begin(marker)
         start = time.perf_counter()
         try:
-            await proc.send_text(_wrap(command, nonce))
+            await proc.send_text(_wrap(command, nonce, sandboxed=self.isolation.sandboxed))
             lost = None
         except Exception as exc:  # the shell is gone
             lost = exc
