@@ -309,6 +309,7 @@ def _plan(run: _Run, isolation: Isolation, pristine: Path, env: Mapping[str, str
             "batches": run.batches,
             "tokens": [secrets.token_hex(16) for _ in run.batches],
             "timeout_s": timeout_s,
+            "own_pid_ns": isolation.sandboxed,
         }
     )
 

@@ -129,9 +129,12 @@ def _make_undumpable():
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
 
 
-def _kill_others():
+def _kill_others(own_pid_ns):
     """SIGKILL every process of the sandbox but this one and its ancestors' init (a child's
-    daemon must not live on into the next child), until none is left."""
+    daemon must not live on into the next child), until none is left. Only in a pid
+    namespace of the sandbox's own: elsewhere "every process" would be the host's."""
+    if not own_pid_ns:
+        return
     spare = {1, os.getpid(), os.getppid()}
     try:
         os.kill(-1, signal.SIGKILL)
@@ -220,19 +223,24 @@ def _run_child(batch, token, plan, deadline):
     finally:
         os.close(reports_r)
         os.close(output_r)
+        try:  # an honest child has closed its pipes because it is exiting: let it finish
+            child.wait(max(0.0, min(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            pass
         try:
             os.killpg(child.pid, signal.SIGKILL)
         except OSError:
             pass
         child.wait()
-        _kill_others()
+        _kill_others(plan.get("own_pid_ns", False))
 
 
 def run_plan(plan_json):
     """Run ``plan_json``'s batches one child each; return the JSON verdict (a str).
 
     The plan: ``python``, ``cwd``, ``env`` (added to this process's), ``pytest_args``,
-    ``batches`` (lists of node ids), ``tokens`` (one per batch), ``timeout_s``.
+    ``batches`` (lists of node ids), ``tokens`` (one per batch), ``timeout_s``,
+    ``own_pid_ns`` (the sandbox has its own pid namespace: leftovers are killed).
     The verdict: ``batches``: per batch ``outcomes`` (one letter per id, in order),
     ``exit`` (the child's exit status; ``None`` when killed at the deadline),
     ``problems``; ``tail``: the output tail of the first batch with a failure.
