@@ -19,11 +19,12 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-import vt_envs  # noqa: F401  (registers the ids)
+import vt_envs
 from vt_envs.domains.swe.canaries import Canary, judge, plant
 from vt_envs.domains.swe.grading_runner import outcome_letter, parse_reports
 from vt_envs.domains.swe.sources import BUILTIN_REPO
 from vt_envs.domains.swe.test_runs import junit_node_id, run_tests
+from vt_envs.errors import InvalidConfigError
 
 # --------------------------------------------------------------------------- attacks
 
@@ -224,6 +225,19 @@ def test_a_flood_of_pathological_reports_ends_far_under_the_deadline_and_scores_
     reward, info, _, elapsed, _ = _episode([_append_to_package(FLOOD_REPORTS)], eval_timeout_s=20)
     assert reward == 0.0 and info["verifier_parts"]["tampered"] == 1.0
     assert elapsed < 15  # the verify deadline is 20 + 30 s; the red team's took 55 s
+
+
+def test_eval_children_splits_the_run_and_the_oracle_fix_still_scores():
+    with pytest.raises(InvalidConfigError, match="eval_children"):
+        gym.make("VT-SWE-v0", eval_children=0)
+    for children in (1, 3):
+        env = gym.make("VT-SWE-v0", split="test", eval_children=children)
+        result = vt_envs.run_episode(env, vt_envs.oracle_for("VT-SWE-v0"), seed=1)
+        env.close()
+        parts = result.infos[-1]["verifier_parts"]
+        assert result.reward == 1.0 and parts["tampered"] == 0.0
+        # (fewer children than asked only where a batch would hold no real test)
+        assert 1 <= parts["children"] <= children and parts["canaries"] >= parts["children"]
 
 
 # --------------------------------------------------------------------------- hidden tests

@@ -33,6 +33,7 @@ from typing import Any
 
 from vt_envs.core.env import ToolEnv
 from vt_envs.core.task import Task, TaskList, TaskSource
+from vt_envs.domains.swe.evaluation import DEFAULT_CHILDREN
 from vt_envs.domains.swe.files import SafeRoot
 from vt_envs.domains.swe.tools import SWEBashTool, SWEEditorTool, WorkspaceStore
 from vt_envs.domains.swe.verifier import HiddenTests
@@ -136,6 +137,7 @@ def make_swe_env(
     max_turns: int = 50,
     bash_timeout_s: float = 30.0,
     eval_timeout_s: float = 120.0,
+    eval_children: int = DEFAULT_CHILDREN,
     partial_credit: bool = False,
     grade_truncated: bool = True,
     max_output_chars: int = 8000,
@@ -162,6 +164,8 @@ def make_swe_env(
         max_turns: actions per episode.
         bash_timeout_s: deadline of one bash call (the shell restarts after it).
         eval_timeout_s: deadline of the hidden-test run after ``<submit>``.
+        eval_children: pytest processes the hidden-test run is split into, each with
+            its own canaries (:mod:`~vt_envs.domains.swe.evaluation`; each ~0.25 s).
         partial_credit: reward the fraction of FAIL_TO_PASS tests fixed
             (0 if a PASS_TO_PASS test broke) instead of all-or-nothing.
         grade_truncated: run the hidden tests also when a budget ends the
@@ -177,6 +181,11 @@ def make_swe_env(
             docstring; add a directory the repository's dependencies need, or pass
             ``("/",)`` for the whole host).
     """
+    if isinstance(eval_children, bool) or not isinstance(eval_children, int) or eval_children < 1:
+        raise InvalidConfigError(
+            f"eval_children must be a positive int (pytest processes per grading), "
+            f"got {eval_children!r}"
+        )
     if dataset is not None:
         if dataset != "humaneval":
             raise InvalidConfigError(f"dataset must be None or 'humaneval', got {dataset!r}")
@@ -215,7 +224,11 @@ def make_swe_env(
         ],
         tasks=source,
         verifier=HiddenTests(
-            store, isolation, partial_credit=partial_credit, timeout_s=eval_timeout_s
+            store,
+            isolation,
+            partial_credit=partial_credit,
+            timeout_s=eval_timeout_s,
+            children=eval_children,
         ),
         instructions=INSTRUCTIONS,
         action_format="json",

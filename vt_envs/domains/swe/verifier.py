@@ -5,7 +5,7 @@ still passes; else 0. With ``partial_credit``, the fraction of FAIL_TO_PASS
 tests fixed, and 0 if any PASS_TO_PASS test broke. ``Score.parts`` itemizes
 it: ``fail_to_pass_fixed``, ``fail_to_pass_total``, ``pass_to_pass_broken``,
 ``timeout``, ``tampered`` (the run's canaries caught a rewrite of its outcomes: 0),
-``canaries``, ``incomplete``; the run happens in a fresh sandbox under its own
+``canaries``, ``children``, ``incomplete``; the run happens in a fresh sandbox under its own
 deadline (:func:`~vt_envs.domains.swe.evaluation.run_hidden_tests`).
 """
 
@@ -81,6 +81,7 @@ class HiddenTests:
             "too_large": float(outcome.status == "too_large"),
             "ignored_files": float(len(outcome.ignored)),
             "canaries": float(outcome.canaries),
+            "children": float(outcome.children),
             "incomplete": float(outcome.incomplete),
             "eval_s": outcome.elapsed_s,
         }
