@@ -349,7 +349,7 @@ async def _run_children(
         return ("timeout" if lost.kind == "timeout" else "no_report"), None, lost.detail
     finally:
         await proc.kill()
-    verdict = _read_verdict(reply, len(run.batches))
+    verdict = await asyncio.to_thread(_read_verdict, reply, len(run.batches))  # (<= 4 MB)
     if verdict is None:
         detail = f"{reply.get('exc_type', '')}: {reply.get('message', '')}"[:2000]
         return "no_report", None, detail + err.data.decode("utf-8", "replace")[-2000:]
