@@ -92,3 +92,23 @@ def test_a_hanging_package_times_out_and_fails_every_test(repos):
         assert outcome.status == "timeout" and outcome.failed == set(IDS) and not outcome.passed
     finally:
         copy.close()
+
+
+def test_the_grading_copy_has_the_agents_bounds_not_the_defaults(repos):
+    """A repository past the default 20,000 entries, with max_files raised for it: its
+    grading copy (the pristine tree plus the change) must fit, or a fix would score 0."""
+    from vt_envs.domains.swe.workspace import MAX_FILES
+
+    pristine, given = repos
+    for tree in (pristine, given):
+        data = tree / "data"
+        data.mkdir()
+        for i in range(MAX_FILES + 500):
+            (data / f"{i}.txt").touch()
+    copy = Workspace(given, max_files=MAX_FILES + 5_000)
+    try:
+        (copy.path / "calc.py").write_text(FIXED)
+        outcome = _evaluate(copy, pristine)
+        assert outcome.status == "ok" and outcome.passed == set(IDS), outcome.output[-500:]
+    finally:
+        copy.close()

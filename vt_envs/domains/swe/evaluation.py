@@ -100,6 +100,7 @@ _STARTUP_FILES = ("sitecustomize.py", "usercustomize.py")
 MAX_CHANGED_FILES = 2000
 MAX_CHANGED_BYTES = 32 << 20
 MAX_WALKED = 200_000
+_GRADING_HEADROOM_MB, _GRADING_HEADROOM_FILES = 16, 1000
 #: Child pytest processes a run is split into (each with its own canaries). Each costs a
 #: pytest start and the package's import (~0.25 s); grading the built-in tasks' oracle fix
 #: (median of 30): 1 child 0.33 s, 2 children 0.58 s, 3 0.88 s, one per test id 2.7 s
@@ -240,7 +241,13 @@ def _prepare(
     changes = agent_changes(agent_copy.files, pristine, test_files)
     if changes.too_large:
         return changes
-    copy = Workspace(pristine)
+    # The agent's own bounds (an env that raised them for a large repository grades it),
+    # with room for what the agent's copy lacks: the hidden tests and the canaries.
+    copy = Workspace(
+        pristine,
+        disk_quota_mb=(agent_copy.quota_bytes >> 20) + _GRADING_HEADROOM_MB,
+        max_files=agent_copy.max_files + _GRADING_HEADROOM_FILES,
+    )
     try:
         for rel, data in changes.written.items():
             copy.files.write(rel, data, create_parents=True)
