@@ -37,6 +37,8 @@ from typing import Any
 __all__ = ["bounded_protocol", "main", "serve_worker"]
 
 TOKEN_ENV = "VT_TOOL_SERVER_TOKEN"
+_KEEP_ALIVE_S = 30  # uvicorn's idle limit for a kept-alive connection (clients: 2 s)
+_IDLE_S = _KEEP_ALIVE_S  # and for a new connection before its first byte
 _LIMIT_FLAGS = {
     "max_inflight": int,
     "lease_s": float,
@@ -118,7 +120,7 @@ def serve_worker(host: str, port: int, workers: list[str], args: argparse.Namesp
         proxy_headers=False,
         # Longer than clients keep idle connections (2 s), so a client never reuses one the
         # server is closing (a ReadError that a non-idempotent call could not retry).
-        timeout_keep_alive=30, timeout_graceful_shutdown=5,
+        timeout_keep_alive=_KEEP_ALIVE_S, timeout_graceful_shutdown=5,
     )  # fmt: skip
 
 
@@ -126,9 +128,11 @@ def bounded_protocol(read_timeout_s: float, write_timeout_s: float, metrics: Any
     """uvicorn's h11 protocol with deadlines uvicorn lacks (it only times out idle
     keep-alive connections), so no client can hold a connection forever:
 
-    - **headers**: a connection whose next request's headers have not all arrived
-      ``read_timeout_s`` after it opened (or after its last reply) is closed — a client
-      that trickles headers (slowloris);
+    - **headers**: a new connection that sends nothing for ``_IDLE_S`` (as long as
+      uvicorn keeps an idle one) is closed, and so is one whose request headers have not
+      all arrived ``read_timeout_s`` after their first byte — a client that trickles
+      headers (slowloris). (Timing from the first byte, not the connect: a client on a
+      loaded machine may connect well before its request is written.)
     - **writes**: a connection whose writes stay blocked ``write_timeout_s`` (the client
       stopped reading, e.g. pipelining requests it never reads the answers of) is
       aborted; ``metrics.write_timeouts`` counts them.
@@ -139,15 +143,20 @@ def bounded_protocol(read_timeout_s: float, write_timeout_s: float, metrics: Any
         _header_timer: Any = None
         _write_timer: Any = None
 
+        _reading_headers = False  # the header timer runs from a request's first byte
+
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
-            self._header_timer = self.loop.call_later(read_timeout_s, self._headers_late)
+            self._header_timer = self.loop.call_later(_IDLE_S, self._headers_late)
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
             if self._in_request():
                 self._cancel("_header_timer")
-            elif self._header_timer is None:
+                self._reading_headers = False
+            elif not self._reading_headers:  # the first byte of a request's headers
+                self._cancel("_header_timer")
+                self._reading_headers = True
                 self._header_timer = self.loop.call_later(read_timeout_s, self._headers_late)
 
         def pause_writing(self) -> None:
