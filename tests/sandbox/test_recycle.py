@@ -7,6 +7,8 @@ and episode k+1, in the same sandbox (the same bwrap process), sees none of it.
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 import pytest
 
@@ -205,18 +207,36 @@ def test_what_an_episode_leaves_past_its_end_never_reaches_the_next(env, code):
     assert _text(info).strip() == "True", _text(info)  # the same interpreter: in step
 
 
+def _host_pid_of(proc, inner_pid: int) -> int:
+    """The host pid of the sandbox process whose own pid namespace calls it ``inner_pid``."""
+    for pid in proc.host_pids():
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("NSpid:") and int(line.split()[-1]) == inner_pid:
+                    return pid
+    raise AssertionError(f"no process of the sandbox is pid {inner_pid} inside it")
+
+
 @pytest.mark.asyncio
 async def test_bytes_left_in_the_request_pipe_are_dropped_at_recycling():
     """What sits in the request pipe when an episode ends (a non-root host's sandbox
-    can reopen it for writing and plant a request) never reaches the next interpreter."""
+    can reopen it for writing and plant a request) never reaches the next interpreter.
+
+    The interpreter is frozen while the bytes are planted, so they are certainly
+    still in the pipe when the episode ends (a running interpreter would read them
+    itself and die on the junk, which ends the sandbox instead: safe, but then the
+    discard at recycling would go untested)."""
+    import signal
+
     from vt_envs.sandbox.process import _frame
     from vt_envs.tools.python import PythonTool
 
     tool = PythonTool(timeout_s=5)
     try:
         session = await tool.open_session(None)
-        assert (await tool.call(session, {"code": "print(1)"})).text == "1"
+        inner = await tool.call(session, {"code": "import os; print(os.getpid())"})
         proc = session.process
+        os.kill(_host_pid_of(proc, int(inner.text)), signal.SIGSTOP)
         planted = {"code": "print('planted')", "nonce": "x" * 32}
         proc.proc.stdin.write(_frame(planted) + b"\x00" * 1000)  # a frame, then junk
         await proc.proc.stdin.drain()
