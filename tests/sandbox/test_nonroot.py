@@ -54,21 +54,27 @@ def _as_nobody(argv: list[str], home: Path) -> list[str]:
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)]
 
 
-def test_the_hostile_suite_holds_without_root(tmp_path):
-    assert "/tmp" in _MASKED_ROOTS  # (the work dir stays private either way)
+def _report_as_nobody(script: str, tmp_path, timeout: int) -> dict:
+    """Run ``script`` (beside this file) as uid 65534 with a home of its own under
+    ``tmp_path``; its last stdout line, a JSON report."""
     home = tmp_path / "home"
     home.mkdir()
     os.chmod(tmp_path, 0o755)
     os.chmod(home, 0o777)
     done = subprocess.run(
-        _as_nobody([sys.executable, str(HERE / "nonroot_hostile.py")], home),
+        _as_nobody([sys.executable, str(HERE / script)], home),
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
         cwd="/",
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_hostile_suite_holds_without_root(tmp_path):
+    assert "/tmp" in _MASKED_ROOTS  # (the work dir stays private either way)
+    report = _report_as_nobody("nonroot_hostile.py", tmp_path, timeout=900)
     assert report["uid"] == NOBODY
     layers = report["layers"]
     assert layers["as_root"] is False and layers["backend"] == "bwrap"
@@ -80,18 +86,6 @@ def test_the_hostile_suite_holds_without_root(tmp_path):
 def test_swe_quotas_and_the_hidden_test_run_hold_without_root(tmp_path):
     """VT-SWE-v0's working copy without root: a bounded tmpfs in a holder's user and
     mount namespaces, which bash and the hidden-test run enter (``nonroot_swe.py``)."""
-    home = tmp_path / "home"
-    home.mkdir()
-    os.chmod(tmp_path, 0o755)
-    os.chmod(home, 0o777)
-    done = subprocess.run(
-        _as_nobody([sys.executable, str(HERE / "nonroot_swe.py")], home),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd="/",
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = _report_as_nobody("nonroot_swe.py", tmp_path, timeout=600)
     assert report["uid"] == NOBODY and len(report["ran"]) == 6
     assert report["failures"] == {}, json.dumps(report["failures"], indent=1)
