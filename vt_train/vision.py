@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from vt_envs.core.packaged_models import resolve_model
 from vt_envs.errors import InvalidConfigError
 
 __all__ = [
@@ -225,9 +226,13 @@ def trunk_hidden(
 
 
 def load_policy(path: str | os.PathLike[str], **kwargs: Any) -> nn.Module:
-    """A local model directory as a causal LM: ``AutoModelForCausalLM``, or
+    """A local model directory (or a packaged model's name, built once:
+    :mod:`vt_envs.core.packaged_models`) as a causal LM: ``AutoModelForCausalLM``, or
     ``AutoModelForImageTextToText`` when its config has a vision tower (Qwen2-VL)."""
     import transformers
+
+    dtype = kwargs.get("dtype")
+    path = resolve_model(path, dtype="bfloat16" if dtype == torch.bfloat16 else "float32")
 
     config = json.loads((Path(path) / "config.json").read_text())
     auto = (

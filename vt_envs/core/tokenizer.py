@@ -43,6 +43,7 @@ import jinja2
 import numpy as np
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from vt_envs.core.packaged_models import PACKAGED_MODELS, resolve_model
 from vt_envs.core.token_budget import chars_per_token_bound
 from vt_envs.errors import InvalidConfigError, TemplateError, did_you_mean
 
@@ -495,7 +496,7 @@ def _is_hf_tokenizer(obj: Any) -> bool:
 
 _EXPECTED = (
     "None (the shipped default), a ChatTokenizer, a Hugging Face tokenizer object, "
-    "or the path of a local tokenizer directory"
+    "a packaged model's name or the path of a local tokenizer directory"
 )
 
 
@@ -505,6 +506,8 @@ def load_tokenizer(spec: Any = None) -> ChatTokenizer:
     - ``None``: the shipped default (:func:`default_tokenizer`);
     - a :class:`ChatTokenizer`: itself;
     - a Hugging Face tokenizer object: :class:`HFTokenizer`;
+    - the name of a packaged model (``"smollm2-135m-instruct"``,
+      :mod:`vt_envs.core.packaged_models`): its built directory's tokenizer;
     - a path (``str`` / ``PathLike``) to a local directory: :class:`VTTokenizer`
       if it holds ``tokenizer.json`` and a chat template, otherwise
       ``transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)``
@@ -521,7 +524,7 @@ def load_tokenizer(spec: Any = None) -> ChatTokenizer:
     if _is_hf_tokenizer(spec):
         return HFTokenizer(spec)
     if isinstance(spec, (str, os.PathLike)):
-        return _load_dir(Path(spec))
+        return _load_dir(Path(resolve_model(spec)))
     raise InvalidConfigError(
         f"tokenizer must be {_EXPECTED}; got {type(spec).__name__}: {repr(spec)[:80]}"
     )
@@ -530,9 +533,9 @@ def load_tokenizer(spec: Any = None) -> ChatTokenizer:
 def _load_dir(path: Path) -> ChatTokenizer:
     if not path.is_dir():
         raise InvalidConfigError(
-            f"tokenizer must be {_EXPECTED}; {str(path)!r} is not a local directory. Nothing is "
-            "downloaded: load a hub tokenizer yourself (AutoTokenizer.from_pretrained) and pass "
-            "the object"
+            f"tokenizer must be {_EXPECTED}; {str(path)!r} is not a local directory nor a "
+            f"packaged model ({', '.join(PACKAGED_MODELS)}). Nothing is downloaded: load a hub "
+            "tokenizer yourself (AutoTokenizer.from_pretrained) and pass the object"
         )
     has_json = (path / "tokenizer.json").is_file()
     if has_json and _find_chat_template(path, _read_config(path)) is not None:

@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from vt_envs.core.packaged_models import resolve_model
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
 from vt_envs.errors import InvalidConfigError
 
@@ -180,8 +181,9 @@ class HFEngine(RolloutEngine):
         if max_batch_size < 1:
             raise InvalidConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if isinstance(model, (str, os.PathLike)):
-            processor = processor if processor is not None else str(model)
-            model = load_policy(str(model))
+            model = resolve_model(str(model), dtype="float32")  # a packaged model's name
+            processor = processor if processor is not None else model
+            model = load_policy(model)
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer: ChatTokenizer = load_tokenizer(tokenizer)

@@ -54,6 +54,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from vt_envs.core.packaged_models import resolve_model
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
 from vt_envs.errors import InvalidConfigError, VTError
 
@@ -108,7 +109,8 @@ class VLLMEngine(RolloutEngine):
 
     Args:
         model_path: a local model directory in the Hugging Face layout
-            (config, safetensors weights, tokenizer files).
+            (config, safetensors weights, tokenizer files), or a packaged
+            model's name (:mod:`vt_envs.core.packaged_models`).
         tokenizer: anything :func:`vt_envs.core.tokenizer.load_tokenizer`
             accepts; gives the eos id (added to vLLM's stop token ids). vLLM
             itself detokenizes (for stop strings) with the tokenizer files
@@ -138,7 +140,8 @@ class VLLMEngine(RolloutEngine):
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self._vllm = vllm
-        self.model_path = str(model_path)
+        self.model_path = str(resolve_model(str(model_path)))  # a packaged model's name too
+        tokenizer_path = resolve_model(str(tokenizer_path)) if tokenizer_path else None
         self.tokenizer: ChatTokenizer = load_tokenizer(tokenizer)
         self.vision, self._banned = _vision_of(self.model_path)
         self.weights_version = 0
@@ -155,7 +158,7 @@ class VLLMEngine(RolloutEngine):
                 )
         args = vllm.AsyncEngineArgs(
             model=self.model_path,
-            tokenizer=str(tokenizer_path or model_path),
+            tokenizer=str(tokenizer_path or self.model_path),
             logprobs_mode=logprobs_mode,
             **engine_kwargs,
         )
