@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from vt_envs.core.packaged_models import resolve_model
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
@@ -62,6 +64,7 @@ from .base import (
     StopChecker,
     reject_images,
 )
+from .prefix_cache import CachedPrefix, PrefixCache
 
 __all__ = ["HFEngine"]
 
@@ -87,6 +90,7 @@ class _Row:
     finish_reason: FinishReason | None = None
     admitted_at: float = 0.0
     batch_size: int = 0
+    cached: int = 0  # prompt tokens whose keys and values came from the prefix cache
 
 
 @dataclass
@@ -162,10 +166,17 @@ class HFEngine(RolloutEngine):
         seed: seeds the engine RNG used by requests without a seed.
         processor: for a vision-language model, its processor directory (or
             image processor object); default: the model's own directory.
+        prefix_cache_mb: memory for the KV caches of finished requests
+            (:class:`~vt_train.engines.prefix_cache.PrefixCache`, LRU): a
+            request that starts with the ids of one kept (a multi-turn
+            episode's next turn) prefills only the rest. ``0`` turns it off;
+            vision-language and sliding-window models never use it.
 
     Attributes:
         num_batches: prefill groups admitted so far; ``batch_sizes`` lists their
             sizes (requests that arrived together join the batch together).
+        prefill_tokens: prompt tokens run through the model so far;
+            ``cached_tokens``: prompt tokens taken from the prefix cache instead.
     """
 
     def __init__(
@@ -177,6 +188,7 @@ class HFEngine(RolloutEngine):
         device: str | torch.device = "cpu",
         seed: int = 0,
         processor: Any = None,
+        prefix_cache_mb: float = 256,
     ):
         if max_batch_size < 1:
             raise InvalidConfigError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -202,6 +214,15 @@ class HFEngine(RolloutEngine):
         self.weights_version = 0
         self.num_batches = 0
         self.batch_sizes: list[int] = []
+        self.prefill_tokens = 0
+        self.cached_tokens = 0
+        if prefix_cache_mb < 0:
+            raise InvalidConfigError(f"prefix_cache_mb must be >= 0, got {prefix_cache_mb}")
+        self._prefix = (
+            PrefixCache(int(prefix_cache_mb * (1 << 20)))
+            if prefix_cache_mb > 0 and not self.vision
+            else None
+        )
         self._rng = torch.Generator(device=self.device).manual_seed(seed)
         # Generation, scoring and weight loads never overlap on the model.
         self._model_lock = threading.Lock()
@@ -299,6 +320,22 @@ class HFEngine(RolloutEngine):
                 rows.append(self._new_row(request))
         if not rows:
             return batch
+        fresh = []
+        for row in rows:
+            hit = self._prefix.lookup(row.request.prompt) if self._prefix is not None else None
+            if hit is None:
+                fresh.append(row)
+            else:
+                new = self._prefill_after(row, *hit)
+                batch = new if batch is None else batch.merged_with(new)
+        if fresh:
+            batch = self._prefill(batch, fresh)
+        for row in rows:
+            row.admitted_at, row.batch_size = time.perf_counter(), len(batch.rows)
+        return batch
+
+    def _prefill(self, batch: _Batch | None, rows: list[_Row]) -> _Batch:
+        """Prefill ``rows``' whole prompts together and join them to ``batch``."""
         input_ids, attention_mask = self._left_pad([row.request.prompt for row in rows])
         vision: dict[str, torch.Tensor] = {}
         if self.vision:
@@ -321,13 +358,50 @@ class HFEngine(RolloutEngine):
         )
         self.num_batches += 1
         self.batch_sizes.append(len(rows))
+        self.prefill_tokens += sum(len(row.request.prompt) for row in rows)
         new = _Batch(
             rows, out.past_key_values, attention_mask, next_position, out.logits[:, -1].float()
         )
-        merged = new if batch is None else batch.merged_with(new)
-        for row in rows:
-            row.admitted_at, row.batch_size = time.perf_counter(), len(merged.rows)
-        return merged
+        return new if batch is None else batch.merged_with(new)
+
+    def _prefill_after(self, row: _Row, cached: int, entry: CachedPrefix) -> _Batch:
+        """Prefill ``row``'s prompt past its first ``cached`` tokens, whose keys and
+        values ``entry`` holds: one row, no padding, positions counting on."""
+        prompt = row.request.prompt
+        cache = DynamicCache(entry.head(cached), config=self.model.config)
+        ids = torch.tensor([prompt[cached:]], dtype=torch.long, device=self.device)
+        attention_mask = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
+        position_ids = torch.arange(cached, len(prompt), device=self.device)[None]
+        out = self.model(
+            input_ids=ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.num_batches += 1
+        self.batch_sizes.append(1)
+        row.cached = cached
+        self.prefill_tokens += len(prompt) - cached
+        self.cached_tokens += cached
+        next_position = torch.tensor([len(prompt)], device=self.device)
+        return _Batch(
+            [row], out.past_key_values, attention_mask, next_position, out.logits[:, -1].float()
+        )
+
+    def _keep_prefix(self, batch: _Batch, i: int) -> None:
+        """Keep finished row ``i``'s keys and values (its prompt and every generated
+        token but the last, the one never fed) in the prefix cache."""
+        row = batch.rows[i]
+        ids = row.request.prompt + row.token_ids[:-1]
+        layers = batch.cache.layers
+        if any(type(layer) is not DynamicLayer for layer in layers):
+            self._prefix = None  # sliding windows keep only part of the sequence
+            return
+        n = len(ids)
+        kept = [(la.keys[i : i + 1, :, -n:], la.values[i : i + 1, :, -n:]) for la in layers]
+        self._prefix.store(ids, kept)
 
     def _decode_step(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> _Batch | None:
         """Sample one token per row; resolve and drop finished rows; run the model once."""
@@ -335,6 +409,8 @@ class HFEngine(RolloutEngine):
         keep = []
         for i, row in enumerate(batch.rows):
             if self._append(row, tokens[i]) or row.request.future.cancelled():
+                if self._prefix is not None and row.finish_reason is not None:
+                    self._keep_prefix(batch, i)
                 _resolve(loop, row.request.future, self._generation(row))
             else:
                 keep.append(i)
@@ -371,6 +447,8 @@ class HFEngine(RolloutEngine):
                 "queue_s": row.admitted_at - row.request.queued_at,
                 "generate_s": time.perf_counter() - row.admitted_at,
                 "weights_version": float(self.weights_version),
+                "prefill_tokens": float(len(row.request.prompt) - row.cached),
+                "cached_tokens": float(row.cached),
             },
         )
 
@@ -458,6 +536,8 @@ class HFEngine(RolloutEngine):
                 if not isinstance(tensor, torch.Tensor):
                     tensor = torch.as_tensor(tensor, device=target.device)
                 target.copy_(tensor)
+            if self._prefix is not None:  # kept caches belong to the old weights
+                self._prefix.clear()
         self.weights_version += 1
 
     def score(

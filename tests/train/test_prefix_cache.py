@@ -1,0 +1,115 @@
+"""The HF engine's prefix cache: a multi-turn episode's turn k prefills only what
+came after turn k-1, and samples what a full re-prefill would."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from tests.train.test_engines import TOK, tiny_qwen2
+from vt_train.engines import HFEngine, SamplingParams
+from vt_train.engines.prefix_cache import PrefixCache
+
+OBSERVATIONS = [[11, 12, 13, 14], [21, 22], [31, 32, 33, 34, 35, 36], [41]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_qwen2(seed=1)
+
+
+async def play(engine: HFEngine, first: list[int], params: SamplingParams, turns: int = 4):
+    """One episode: each turn's prompt is the last prompt, what was generated and an
+    observation, as the trainer's rollout loop builds it (token ids, never re-encoded)."""
+    prompt, generations, prompts = list(first), [], []
+    for turn in range(turns):
+        prompts.append(prompt)
+        generation = await engine.generate(prompt, params)
+        generations.append(generation)
+        prompt = prompt + generation.token_ids + OBSERVATIONS[turn % len(OBSERVATIONS)]
+    return prompts, generations
+
+
+def same_samples(cached, fresh):
+    for (_, ours), (_, theirs) in zip(cached, fresh):
+        for a, b in zip(ours, theirs):
+            assert a.token_ids == b.token_ids
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+async def test_turns_prefill_only_what_is_new_and_sample_what_a_reprefill_does(model, temperature):
+    firsts = [[5, 6, 7, 8, 9], [100] * 12, [3, 1, 4, 1, 5, 9, 2, 6], [42]]
+    params = SamplingParams(max_new_tokens=6, temperature=temperature, seed=7)
+    cached = HFEngine(model, TOK, max_batch_size=8)
+    fresh = HFEngine(model, TOK, max_batch_size=8, prefix_cache_mb=0)
+    # Four episodes at once: hits and misses share batches, rows leave at different times.
+    ours = await asyncio.gather(*[play(cached, f, params) for f in firsts])
+    theirs = await asyncio.gather(*[play(fresh, f, params) for f in firsts])
+    same_samples(ours, theirs)
+    expected = 0
+    for prompts, generations in ours:
+        assert generations[0].metrics["cached_tokens"] == 0  # no episode shares a first token
+        expected += len(prompts[0])
+        for k in range(1, len(prompts)):
+            fed = len(prompts[k - 1]) + len(generations[k - 1].token_ids) - 1  # not the last
+            metrics = generations[k].metrics
+            assert metrics["cached_tokens"] == fed
+            assert metrics["prefill_tokens"] == len(prompts[k]) - fed
+            expected += len(prompts[k]) - fed
+    assert cached.prefill_tokens == expected
+    assert fresh.prefill_tokens == sum(len(p) for prompts, _ in theirs for p in prompts)
+    assert cached.prefill_tokens < fresh.prefill_tokens / 2
+
+
+@pytest.mark.asyncio
+async def test_a_prompt_that_departs_from_a_kept_one_reuses_the_common_part(model):
+    params = SamplingParams(max_new_tokens=5, temperature=0.0)
+    cached = HFEngine(model, TOK)
+    fresh = HFEngine(model, TOK, prefix_cache_mb=0)
+    first = [7, 8, 9, 10, 11, 12]
+    done = await cached.generate(first, params)
+    # The env cut the action after two tokens and appended its own text.
+    departed = first + done.token_ids[:2] + [99, 98, 97]
+    ours = await cached.generate(departed, params)
+    assert ours.metrics["cached_tokens"] == len(first) + 2
+    theirs = await fresh.generate(departed, params)
+    assert ours.token_ids == theirs.token_ids
+    assert ours.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+
+
+@pytest.mark.asyncio
+async def test_new_weights_drop_the_kept_caches(model):
+    engine = HFEngine(tiny_qwen2(seed=2), TOK)
+    params = SamplingParams(max_new_tokens=4, temperature=0.0)
+    first = [1, 2, 3, 4]
+    done = await engine.generate(first, params)
+    engine.load_weights(model.state_dict())  # other weights: the old keys/values are wrong
+    again = await engine.generate(first + done.token_ids + [5], params)
+    assert again.metrics["cached_tokens"] == 0
+    reference = await HFEngine(model, TOK, prefix_cache_mb=0).generate(
+        first + done.token_ids + [5], params
+    )
+    assert again.token_ids == reference.token_ids
+
+
+def test_the_cache_stays_within_its_bytes_and_forgets_the_least_recent():
+    def layers(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(torch.zeros(1, 2, n, 8), torch.zeros(1, 2, n, 8))]  # 128 bytes a token
+
+    cache = PrefixCache(max_bytes=128 * 25)
+    cache.store([1] * 10, layers(10))
+    cache.store([2] * 10, layers(10))
+    assert cache.lookup([1] * 10 + [0]) is not None  # [1...] is now the most recent
+    cache.store([3] * 10, layers(10))  # over budget: [2...] goes
+    assert cache.nbytes <= cache.max_bytes and len(cache) == 2
+    assert cache.lookup([2] * 11) is None
+    cache.store([9] * 30, layers(30))  # larger than the whole budget: not kept
+    assert len(cache) == 2 and cache.lookup([9] * 31) is None
+    cache.store([1] * 15, layers(15))  # supersedes its own prefix [1] * 10
+    length, entry = cache.lookup([1] * 20)
+    assert length == 15 and len(entry.ids) == 15 and cache.nbytes <= cache.max_bytes
+    assert cache.lookup([1]) is None  # one token: nothing to reuse, it must be prefilled
