@@ -23,8 +23,10 @@ are spent, a reset raises :class:`~vt_envs.errors.SubEnvError`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +37,8 @@ __all__ = ["RemoteSubEnv", "make_ray_vector_env"]
 logger = logging.getLogger(__name__)
 
 _CONCURRENCY_MARGIN = 16
+#: How long a reset waits for a dead actor's restart before the error reaches the caller.
+ACTOR_RESTART_WAIT_S = 60.0
 
 
 class _EnvActor:
@@ -105,11 +109,17 @@ class RemoteSubEnv:
     async def areset(self, *, seed: int | None = None, options: Mapping[str, Any] | None = None):
         from ray.exceptions import RayActorError
 
-        try:
-            return await self.actor.reset.remote(self.j, seed, options)
-        except RayActorError:
-            # Died between episodes: Ray restarts it; one more try on the fresh actor.
-            return await self.actor.reset.remote(self.j, seed, options)
+        deadline, delay = time.monotonic() + ACTOR_RESTART_WAIT_S, 0.05
+        while True:
+            try:
+                return await self.actor.reset.remote(self.j, seed, options)
+            except RayActorError:
+                # Died between episodes: Ray restarts it, which takes seconds on a loaded
+                # machine (ActorUnavailableError meanwhile); a reset is safe to repeat.
+                if time.monotonic() + delay > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 1.0)
 
     async def astep(self, action: Any):
         return await self._in_episode(self.actor.step, action)
