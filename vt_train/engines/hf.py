@@ -348,21 +348,28 @@ class HFEngine(RolloutEngine):
         else:
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
             next_position = position_ids[:, -1] + 1
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            logits_to_keep=1,
-            **vision,
-        )
+        new = self._run_prefill(
+            rows, attention_mask, next_position, sum(len(row.request.prompt) for row in rows),
+            input_ids=input_ids, position_ids=position_ids, **vision,
+        )  # fmt: skip
+        return new if batch is None else batch.merged_with(new)
+
+    def _run_prefill(
+        self,
+        rows: list[_Row],
+        attention_mask: torch.Tensor,
+        next_position: torch.Tensor,
+        tokens: int,
+        **inputs: Any,
+    ) -> _Batch:
+        """One prefill forward of ``tokens`` new tokens for ``rows``, as a batch."""
+        out = self.model(attention_mask=attention_mask, use_cache=True, logits_to_keep=1, **inputs)
         self.num_batches += 1
         self.batch_sizes.append(len(rows))
-        self.prefill_tokens += sum(len(row.request.prompt) for row in rows)
-        new = _Batch(
+        self.prefill_tokens += tokens
+        return _Batch(
             rows, out.past_key_values, attention_mask, next_position, out.logits[:, -1].float()
         )
-        return new if batch is None else batch.merged_with(new)
 
     def _prefill_after(self, row: _Row, cached: int, entry: CachedPrefix) -> _Batch:
         """Prefill ``row``'s prompt past its first ``cached`` tokens, whose keys and
@@ -372,23 +379,13 @@ class HFEngine(RolloutEngine):
         ids = torch.tensor([prompt[cached:]], dtype=torch.long, device=self.device)
         attention_mask = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
         position_ids = torch.arange(cached, len(prompt), device=self.device)[None]
-        out = self.model(
-            input_ids=ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        self.num_batches += 1
-        self.batch_sizes.append(1)
         row.cached = cached
-        self.prefill_tokens += len(prompt) - cached
         self.cached_tokens += cached
         next_position = torch.tensor([len(prompt)], device=self.device)
-        return _Batch(
-            [row], out.past_key_values, attention_mask, next_position, out.logits[:, -1].float()
-        )
+        return self._run_prefill(
+            [row], attention_mask, next_position, len(prompt) - cached,
+            input_ids=ids, position_ids=position_ids, past_key_values=cache,
+        )  # fmt: skip
 
     def _keep_prefix(self, batch: _Batch, i: int) -> None:
         """Keep finished row ``i``'s keys and values (its prompt and every generated
