@@ -61,6 +61,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "vt_bench.generation_speed",
         "HF rollout engine vs model.generate on the same tiny model: generated tokens/s.",
     ),
+    "multiturn-speed": (
+        "vt_bench.multiturn_speed",
+        "Multi-turn episodes on a real model (SmolLM2 by default): HF engine with its prefix "
+        "cache vs re-prefill vs model.generate per turn: wall time, prefill tokens/episode.",
+    ),
     "trainer-speed": (
         "vt_bench.trainer_speed",
         "Trainer update tokens/s (GRPO, PPO) and HF-engine rollout tokens/s, tiny model, CPU.",

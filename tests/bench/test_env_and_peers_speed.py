@@ -62,3 +62,26 @@ def test_generation_speed_reports_both_sides(tmp_path, capsys):
     report = json.loads((tmp_path / "generation_speed.json").read_text())
     assert report["engine_tokens_per_s"] > 0 and report["generate_tokens_per_s"] > 0
     assert "HFEngine ÷ generate" in capsys.readouterr().out
+
+
+def test_multiturn_speed_counts_what_each_side_prefills(tmp_path, capsys):
+    import argparse
+
+    from vt_bench import multiturn_speed
+
+    parser = argparse.ArgumentParser()
+    multiturn_speed.add_arguments(parser)
+    args = parser.parse_args(
+        ["--model", "tiny", "--episodes", "3", "--turns", "3", "--prompt-tokens", "20",
+         "--obs-tokens", "5", "--new-tokens", "6", "--out", str(tmp_path)]
+    )  # fmt: skip
+    assert multiturn_speed.main(args) == 0
+    sides = json.loads((tmp_path / "multiturn_speed.json").read_text())["sides"]
+    # The cache: the first prompt, then each turn's never-fed last token and observation.
+    assert sides["prefix cache"]["prefill_per_episode"] == 20 + 2 * (1 + 5)
+    # Without it every turn prefills the whole conversation: at most 20, 20+6+5, 20+2*(6+5)
+    # (a turn that ends at eos is shorter).
+    assert sides["re-prefill"]["prefill_per_episode"] <= 20 + 31 + 42
+    assert sides["re-prefill"]["prefill_per_episode"] > sides["prefix cache"]["prefill_per_episode"]
+    assert sides["generate"]["prefill_per_episode"] == 20 + 31 + 42  # generate pads to length
+    assert "| prefix cache |" in capsys.readouterr().out
