@@ -46,6 +46,7 @@ PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("swe-speed", ("--episodes", "10")),
     ("rollout-speed", ("--trajectories", "64")),
     ("generation-speed", ("--rounds", "5")),
+    ("multiturn-speed", ("--episodes", "4", "--turns", "8")),
     ("trainer-speed", ("--steps", "3")),
     ("server-speed", ("--steps", "200", "--calls", "2000")),
 )
