@@ -58,7 +58,8 @@ async def _engine_round(engine: Any, prompts: list[list[int]], cfg: BenchConfig,
     return sum(len(g.token_ids) for g in generations), time.perf_counter() - start
 
 
-def _generate_round(model: Any, prompts: list[list[int]], cfg: BenchConfig, pad: int):
+def left_padded(prompts: list[list[int]], pad: int) -> tuple[Any, Any, int]:
+    """``prompts`` as one left-padded batch for ``model.generate``: ids, mask, width."""
     import torch
 
     width = max(len(p) for p in prompts)
@@ -67,6 +68,13 @@ def _generate_round(model: Any, prompts: list[list[int]], cfg: BenchConfig, pad:
     for i, prompt in enumerate(prompts):
         ids[i, width - len(prompt) :] = torch.tensor(prompt)
         mask[i, width - len(prompt) :] = 1
+    return ids, mask, width
+
+
+def _generate_round(model: Any, prompts: list[list[int]], cfg: BenchConfig, pad: int):
+    import torch
+
+    ids, mask, width = left_padded(prompts, pad)
     start = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(

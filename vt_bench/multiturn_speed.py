@@ -89,16 +89,13 @@ async def _engine_side(engine: Any, cfg: MultiTurnConfig, vocab: int) -> tuple[i
 def _generate_side(model: Any, cfg: MultiTurnConfig, vocab: int, pad: int) -> tuple[int, int]:
     import torch
 
+    from vt_bench.generation_speed import left_padded
+
     prompts = [_ids(cfg, vocab, cfg.prompt_tokens, e) for e in range(cfg.episodes)]
     prefill = generated = 0
     with torch.inference_mode():
         for turn in range(cfg.turns):
-            width = max(len(p) for p in prompts)
-            ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for i, prompt in enumerate(prompts):
-                ids[i, width - len(prompt) :] = torch.tensor(prompt)
-                mask[i, width - len(prompt) :] = 1
+            ids, mask, width = left_padded(prompts, pad)
             out = model.generate(
                 input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
                 max_new_tokens=cfg.new_tokens, pad_token_id=pad,
