@@ -40,7 +40,13 @@ __all__ = [
     "token_logprobs",
 ]
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+# transformers 5 writes a chat template to its own file rather than tokenizer_config.json.
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
 
 
 @dataclass

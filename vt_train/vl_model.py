@@ -36,6 +36,7 @@ PROCESSOR_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
+    "chat_template.jinja",  # where transformers 5 writes the template
 )
 
 

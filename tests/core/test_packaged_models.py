@@ -196,3 +196,33 @@ def test_smollm2_plays_vt_lookup_by_name_through_vt_bench(smollm2_cache, tmp_pat
     (rollout,) = [json.loads(line) for line in (tmp_path / "eval" / "rollouts.jsonl").open()]
     assert rollout["error"] is None and rollout["policy"] == f"hf:{SMOLLM2}"
     assert rollout["transcript"].startswith("<|im_start|>system")
+
+
+def test_vt_train_takes_a_step_on_smollm2_by_name(smollm2_cache, tmp_path):
+    """A recipe's ``model.path`` names the packaged model: one GRPO step through the
+    CLI, the HF engine's logprobs agreeing with the trainer's on the real model."""
+    cache, _, _ = smollm2_cache
+    env = {**os.environ, "VT_CACHE_DIR": str(cache), "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "vt_train.cli", str(ROOT / "configs" / "lookup_grpo_cpu.yaml"),
+            f"model.path={SMOLLM2}", "steps=1", "rollout.tasks_per_step=2", "rollout.n=2",
+            "optim.minibatch_size=4", "optim.micro_batch_size=2", "env.eval_episodes=1",
+            "eval_every=0", f"output_dir={out}",
+        ],
+        env=env, capture_output=True, text=True, timeout=900, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "vt: building" not in done.stderr
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    (update,) = [m for m in steps if "policy/pg_loss" in m]
+    assert update["sync/max_abs_logprob_diff"] < 1e-3  # the engine holds the trained weights
+    assert update["rollout/logprob_max_abs_diff"] < 1e-3
+    assert (out / "final" / "config.json").is_file()
+    # The trained model keeps its chat template: it can be evaluated and trained again.
+    from vt_envs.core.tokenizer import load_tokenizer
+
+    chat = [{"role": "user", "content": "Hi."}]
+    text = load_tokenizer(str(out / "final")).apply_chat_template(chat, add_generation_prompt=True)
+    assert text.startswith("<|im_start|>system")
