@@ -53,6 +53,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+#: The variables torchrun sets and :func:`init_distributed_env` fills in. Set in this
+#: process they would reach any trainer it starts as a subprocess: drop them from its env.
+RENDEZVOUS_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
 def init_distributed_env() -> None:
     """Fill in single-process rendezvous variables when not launched by torchrun."""
     os.environ.setdefault("RANK", "0")

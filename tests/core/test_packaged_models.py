@@ -198,12 +198,15 @@ def test_smollm2_plays_vt_lookup_by_name_through_vt_bench(smollm2_cache, tmp_pat
     assert rollout["transcript"].startswith("<|im_start|>system")
 
 
-@pytest.mark.slow  # in the default suite its DeepSpeed init met EADDRINUSE once: see the note
 def test_vt_train_takes_a_step_on_smollm2_by_name(smollm2_cache, tmp_path):
     """A recipe's ``model.path`` names the packaged model: one GRPO step through the
     CLI, the HF engine's logprobs agreeing with the trainer's on the real model."""
+    from vt_train.ds_engine import RENDEZVOUS_VARS
+
     cache, _, _ = smollm2_cache
     env = {**os.environ, "VT_CACHE_DIR": str(cache), "OMP_NUM_THREADS": "1"}
+    for key in RENDEZVOUS_VARS:  # an in-process trainer test before this one set them
+        env.pop(key, None)
     out = tmp_path / "run"
     done = subprocess.run(
         [

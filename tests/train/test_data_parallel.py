@@ -20,6 +20,7 @@ import torch
 from train_helpers import DP_OVERRIDES
 
 from vt_train.config import load_config
+from vt_train.ds_engine import RENDEZVOUS_VARS
 from vt_train.trainer import Trainer
 
 LOGGED = (
@@ -37,7 +38,7 @@ def test_two_ranks_match_one_process(tmp_path, stage):
     extra = ["algo=ppo", f"deepspeed.zero_stage={stage}"]
     worker = Path(__file__).with_name("dp_worker.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for key in RENDEZVOUS_VARS:
         env.pop(key, None)
     cmd = [
         sys.executable,
