@@ -36,7 +36,7 @@ def fake_model(tmp_path, monkeypatch):
     (package / "fake.gguf").write_bytes(b"GGUF" + bytes(1000))
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     model = PackagedModel(
-        "fake-model", "vt-fake", "vt_fake_gguf_pkg", "fake.gguf", "pip install vt-fake", "MIT", ""
+        "fake-model", "vt-fake", "vt_fake_gguf_pkg", "fake.gguf", "pip install vt-fake", "MIT"
     )
     monkeypatch.setitem(PACKAGED_MODELS, model.name, model)
     monkeypatch.setenv("VT_CACHE_DIR", str(tmp_path / "cache"))
@@ -107,7 +107,7 @@ def test_a_missing_package_names_its_install_command(monkeypatch, tmp_path):
     monkeypatch.setitem(
         PACKAGED_MODELS,
         "absent",
-        PackagedModel("absent", "vt-absent", "vt_absent", "a.gguf", install, "", ""),
+        PackagedModel("absent", "vt-absent", "vt_absent", "a.gguf", install, ""),
     )
     monkeypatch.setenv("VT_CACHE_DIR", str(tmp_path))
     with pytest.raises(InvalidConfigError, match="pip install vt-absent"):

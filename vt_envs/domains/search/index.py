@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from vt_envs.core.cache import vt_cache_root
 from vt_envs.errors import InvalidConfigError
 
 __all__ = [
@@ -80,8 +81,7 @@ logger = logging.getLogger(__name__)
 
 def cache_dir() -> Path:
     """Where embeddings and indexes live: ``$VT_CACHE_DIR/search`` (``~/.cache/vt_envs/search``)."""
-    root = os.environ.get("VT_CACHE_DIR") or Path.home() / ".cache" / "vt_envs"
-    return Path(root) / "search"
+    return vt_cache_root() / "search"
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from random import Random
 import duckdb
 import numpy as np
 
+from vt_envs.core.cache import vt_cache_root
 from vt_envs.domains.sql.execution import READONLY_CONFIG, connect_readonly
 from vt_envs.errors import InvalidConfigError, UnknownNameError
 
@@ -58,8 +59,7 @@ __all__ = [
 
 def cache_dir() -> Path:
     """Where built databases live: ``$VT_CACHE_DIR/sql`` or ``~/.cache/vt_envs/sql``."""
-    root = os.environ.get("VT_CACHE_DIR") or Path.home() / ".cache" / "vt_envs"
-    return Path(root) / "sql"
+    return vt_cache_root() / "sql"
 
 
 @dataclass(frozen=True)

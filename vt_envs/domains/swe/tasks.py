@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from vt_envs.core.cache import vt_cache_root
 from vt_envs.core.task import Task
 from vt_envs.domains.swe.mutants import MutantTask
 from vt_envs.errors import InvalidConfigError
@@ -49,8 +50,7 @@ _SKIP = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", 
 
 def swe_cache_root() -> Path:
     """``$VT_CACHE_DIR/swe`` (default ``~/.cache/vt_envs/swe``), unchecked."""
-    root = Path(os.environ.get("VT_CACHE_DIR") or Path.home() / ".cache" / "vt_envs")
-    return (root / "swe").resolve()
+    return (vt_cache_root() / "swe").resolve()
 
 
 def swe_cache_dir() -> Path:
