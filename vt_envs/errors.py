@@ -18,6 +18,7 @@ __all__ = [
     "DatasetFormatError",
     "EnvClosedError",
     "InvalidConfigError",
+    "NoImageTokenError",
     "ResetNeededError",
     "SandboxUnavailableError",
     "SubEnvError",
@@ -112,6 +113,11 @@ class UnknownTaskError(VTError, KeyError):
 
 class InvalidConfigError(VTError, ValueError):
     """Raised when a configuration value is out of range or inconsistent."""
+
+
+class NoImageTokenError(InvalidConfigError):
+    """Raised when an env with images is built with a tokenizer that has no image
+    token (a text-only model): the policy could not be shown the images."""
 
 
 class ToolServerRefusedError(InvalidConfigError):

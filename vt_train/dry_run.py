@@ -41,7 +41,7 @@ from vt_train.trajectory import Trajectory
 
 __all__ = ["DryRunError", "dry_run", "dry_run_config"]
 
-_MAX_CONTEXT = 4096  # SQL prompts (schema and sample rows) run to ~2.5k tokens
+_MAX_CONTEXT = 6144  # SQL prompts (schema, sample rows, worked examples) run to ~4.8k tokens
 _MAX_NEW_TOKENS = 16
 
 

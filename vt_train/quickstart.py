@@ -78,7 +78,9 @@ RECIPES: dict[str, Recipe] = {
         # No prestart: each sub-env's sandbox starts at its first call and is then
         # recycled for its next episode (a ~3 ms hand-over); a prestarted one would
         # sit idle beside it in each of the 128 sub-envs (train + eval).
-        env_kwargs={"families": ["big_product"], "difficulty": 1, "max_turns": 4},
+        # No worked examples: they are for pretrained models that read them; this
+        # from-scratch model learns the format by SFT, in a 384-token context.
+        env_kwargs={"families": ["big_product"], "difficulty": 1, "max_turns": 4, "examples": []},
         teacher="vt_envs.domains.math.oracle:MathCodePolicy",
         task="products of two 3-digit numbers, computed in the sandboxed Python interpreter",
         max_new_tokens=16,
@@ -88,6 +90,7 @@ RECIPES: dict[str, Recipe] = {
     ),
     "lookup": Recipe(
         env_id="VT-Lookup-v0",
+        env_kwargs={"examples": []},
         task="a key's value, read with the lookup tool",
     ),
 }

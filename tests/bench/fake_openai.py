@@ -44,6 +44,9 @@ class FakeModel:
         self.bodies: list[dict[str, Any]] = []
 
     def reply(self, conversation: str, seed: int | None) -> str:
+        # The episode starts at the task's user turn; the worked examples before it hold
+        # other keys and values.
+        conversation = "<|im_start|>user\n" + conversation.rsplit("<|im_start|>user\n", 1)[-1]
         outputs = re.findall(r"<\|im_start\|>(?:tool|user)\n([^<\n]+)", conversation)
         key = re.search(r"key (\d+)\?", conversation)
         if key and "assistant\n<lookup>" not in conversation:

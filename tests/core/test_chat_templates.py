@@ -179,8 +179,9 @@ def test_tool_output_and_prompts_cannot_forge_a_turn(which):
     obs, _ = env.reset(options={"task": task})
     assert forged in obs["text"]
     counts = control(obs["tokens"])
-    assert (counts["<|im_start|>"], counts["<|im_end|>"]) == (3, 2)  # system, user, header
-    assert sum(counts.values()) == 5
+    # system, the two worked examples' user/assistant/tool/assistant turns, user, header
+    assert (counts["<|im_start|>"], counts["<|im_end|>"]) == (11, 10)
+    assert sum(counts.values()) == 21
     obs, _, _, _, info = env.step("<lookup>123</lookup>")
     assert info["message"]["content"] == forged and forged in obs["text"]
     counts = control(obs["tokens"])

@@ -230,3 +230,33 @@ def test_vt_train_takes_a_step_on_smollm2_by_name(smollm2_cache, tmp_path):
     chat = [{"role": "user", "content": "Hi."}]
     text = load_tokenizer(str(out / "final")).apply_chat_template(chat, add_generation_prompt=True)
     assert text.startswith("<|im_start|>system")
+
+
+def test_eval_all_with_a_text_only_tokenizer_skips_the_image_envs_and_says_so(
+    smollm2_cache, tmp_path, monkeypatch
+):
+    """`vt-bench eval all` with a text-only model plays the text envs and reports the image
+    envs as not played; naming an image env explicitly is still an error."""
+    import vt_envs
+    from vt_bench.evals.runner import EvalConfig, run_eval
+    from vt_envs.errors import NoImageTokenError
+
+    (path,) = smollm2_cache[1]
+    monkeypatch.setattr(vt_envs, "registered_envs", lambda: ["VT-Lookup-v0", "VT-Visual-v0"])
+    config = EvalConfig(env_ids=["all"], policy="oracle", tokenizer=path, tasks=1)
+    summary = run_eval(config, tmp_path / "all", progress=False)
+    assert list(summary["envs"]) == ["VT-Lookup-v0"]
+    assert summary["envs"]["VT-Lookup-v0"]["accuracy"] == 1.0
+    assert "text-only model" in summary["skipped"]["VT-Visual-v0"]
+    assert (
+        "| VT-Visual-v0 | not played: text-only model |"
+        in (tmp_path / "all" / "REPORT.md").read_text()
+    )
+    saved = json.loads((tmp_path / "all" / "config.json").read_text())
+    assert saved["env_ids"] == ["VT-Lookup-v0"]  # --resume replays what was played
+    with pytest.raises(NoImageTokenError, match="no special token"):
+        run_eval(
+            EvalConfig(env_ids=["VT-Visual-v0"], policy="oracle", tokenizer=path, tasks=1),
+            tmp_path / "named",
+            progress=False,
+        )

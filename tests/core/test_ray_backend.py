@@ -26,6 +26,7 @@ def ray_session():
 
 
 def _lookup_action(text: str) -> str:
+    text = text.rsplit("<|im_start|>user\n", 1)[-1]  # the task's turn, not the worked examples
     value = re.findall(r"<\|im_start\|>tool\n([^<\n]+)", text)
     if value:
         return f"<answer>{value[-1].strip()}</answer>"
@@ -54,7 +55,7 @@ def test_ray_sub_envs_play_the_same_episodes_as_local_ones():
 
 def _responder(slow: bool):
     def respond(prompt_ids):
-        text = TOK.decode(prompt_ids)
+        text = TOK.decode(prompt_ids).rsplit("<|im_start|>user\n", 1)[-1]  # after the examples
         if "```output" in text or "<output>" in text:
             return TOK.encode("<answer>3</answer>")
         sleep = "import time; time.sleep(1.5); " if slow else ""

@@ -27,7 +27,9 @@ Policy = Callable[[str, SamplingParams], str]
 
 def lookup_policy(text: str, params: SamplingParams) -> str:
     """Looks the key up, then answers; the answer is right with probability 1/2
-    under the request's seed (a stand-in for sampling)."""
+    under the request's seed (a stand-in for sampling). It reads the episode after
+    the task's user turn (the worked examples before it hold other keys)."""
+    text = text.rsplit("<|im_start|>user\n", 1)[-1]
     tool_outputs = TOOL_RE.findall(text)
     if not tool_outputs:
         return f"<lookup>{KEY_RE.findall(text)[-1]}</lookup>"

@@ -57,6 +57,8 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             f"{m['tool_error_rate']:.1%} | {m['mean_tokens_in']:.0f} / "
             f"{m['mean_tokens_out']:.0f} |"
         )
+    for env_id, reason in summary.get("skipped", {}).items():
+        lines.append(f"| {env_id} | not played: {reason.split(':')[0]} |" + " |" * (8 + len(shown)))
     lines += [
         "",
         "| env | tool latency p50 / p99 (ms) | s / episode | tools used | tool errors | "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +28,9 @@ import numpy as np
 from vt_bench.evals.metrics import summarize_env
 from vt_bench.evals.policies import PolicySpec, parse_policy
 from vt_bench.evals.records import RecordFile, record_key
-from vt_envs.errors import InvalidConfigError
+from vt_envs.errors import InvalidConfigError, NoImageTokenError
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["EvalConfig", "plan_tasks", "rollout_seed", "run_eval", "summarize"]
 
@@ -50,6 +53,8 @@ class EvalConfig:
         temperature, top_p, max_new_tokens, max_context: sampling (models only).
         concurrency: rollouts in flight per env id (sub-envs; model requests batch).
         env_kwargs: keywords for every env (``{"max_turns": 4}``).
+        skipped: env id -> why ``all`` left it out (an image env for a text-only
+            model); filled by :func:`run_eval`.
     """
 
     env_ids: list[str]
@@ -67,6 +72,7 @@ class EvalConfig:
     max_context: int | None = 4096
     concurrency: int = 8
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("tasks", "samples", "concurrency", "max_new_tokens"):
@@ -458,7 +464,12 @@ def summarize(records: Sequence[Mapping[str, Any]], config: EvalConfig) -> dict[
             domains.setdefault(str(r.get("domain") or env_id), []).append(r)
         if len(domains) > 1:  # a mixture: each domain's metrics too
             envs[env_id]["domains"] = {d: summarize_env(domains[d]) for d in sorted(domains)}
-    return {"policy": config.spec.label(), "config": asdict(config), "envs": envs}
+    return {
+        "policy": config.spec.label(),
+        "config": asdict(config),
+        "envs": envs,
+        "skipped": dict(config.skipped),
+    }
 
 
 def run_eval(
@@ -474,7 +485,20 @@ def run_eval(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    every = list(config.env_ids) == ["all"]
     config.env_ids = _resolve_ids(config.env_ids)
+    plans = {}
+    for env_id in config.env_ids:
+        try:
+            plans[env_id] = _plan_env(env_id, config)
+        except NoImageTokenError as error:
+            if not every:  # named explicitly: the user asked for it, so say why not
+                raise
+            config.skipped[env_id] = f"text-only model: {error}"
+            logger.warning("vt-bench eval all: skipping %s (%s)", env_id, error)
+    config.env_ids = list(plans)
+    if not plans:
+        raise InvalidConfigError(f"no env id can be played by this policy: {config.skipped}")
     saved = out / "config.json"
     if saved.is_file() and json.loads(saved.read_text()) != asdict(config):
         raise InvalidConfigError(
@@ -484,7 +508,6 @@ def run_eval(
     _write_atomically(saved, json.dumps(asdict(config), indent=2) + "\n")
     store = RecordFile(out / "rollouts.jsonl")
     done = {record_key(r) for r in store.read()}
-    plans = {env_id: _plan_env(env_id, config) for env_id in config.env_ids}
     todo = {
         env_id: [
             (t * config.samples + s, task_id, s)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from vt_envs.core.examples import WorkedExample, coerce_examples, render_examples
 from vt_envs.core.image_tokens import ImageTokens, load_image_tokens, processor_spec
 from vt_envs.core.loop import library_loop, on_library_loop, run_sync, submit
 from vt_envs.core.parser import ActionParser, ParseResult, ToolCall
@@ -276,6 +277,11 @@ class ToolEnv(gym.Env[dict, str]):
         max_image_tokens: budget of image tokens per episode; a step whose
             images would pass it ends the episode, truncated with
             ``"max_image_tokens"``. ``None``: no budget beyond the tokens'.
+        examples: worked examples (:class:`~vt_envs.core.examples.WorkedExample`,
+            or their mappings) shown as chat turns between the system prompt
+            and the task, rendered in this env's formats and parsed back when
+            the env is built (see :mod:`vt_envs.core.examples`). ``None`` or
+            ``()``: none. Domains pass their own by default.
         grade_truncated: when a budget ends the episode before an answer, run the
             verifier anyway (on the answer ``""``) instead of scoring 0: the
             reward of an SWE agent that fixed the bug but did not submit.
@@ -313,6 +319,7 @@ class ToolEnv(gym.Env[dict, str]):
         processor: Any = None,
         max_image_tokens: int | None = None,
         grade_truncated: bool = False,
+        examples: Sequence[WorkedExample | Mapping[str, Any]] | None = None,
         name: str = "ToolEnv",
     ):
         if task_images is not None:  # image envs can also render their latest image
@@ -404,6 +411,18 @@ class ToolEnv(gym.Env[dict, str]):
             list_tools=not template_tools,
         )
         self._answer_tag = answer_tags[0]
+        self.examples = coerce_examples(examples)
+        self.example_messages: list[dict[str, str]] = render_examples(
+            self.examples,
+            tools=self.tools,
+            parser=self.parser,
+            action_format=action_format,
+            observation_format=observation_format,
+            inline_template=inline_template,
+            answer_tag=self._answer_tag,
+            observation_role=self.encoder.observation_role,
+        )
+        """The worked examples as chat messages, between the system prompt and the task."""
         self.stop_strings: tuple[str, ...] = self.parser.stop_strings
         """Strings at which a policy should stop generating so the env can act."""
 
@@ -446,6 +465,7 @@ class ToolEnv(gym.Env[dict, str]):
         images = self._images_of(task)
         messages = [
             {"role": "system", "content": self.system_prompt},
+            *(dict(m) for m in self.example_messages),
             {"role": "user", "content": _place_images(task.prompt, len(images))},
         ]
         ids, text = self.encoder.encode_prompt(messages, images=images)

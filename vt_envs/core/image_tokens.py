@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from vt_envs.core.tokenizer import IMAGE_TOKEN, ChatTokenizer
-from vt_envs.errors import InvalidConfigError
+from vt_envs.errors import InvalidConfigError, NoImageTokenError
 
 __all__ = [
     "QWEN2_VL_DEFAULTS",
@@ -219,7 +219,7 @@ class QwenVLImageTokens(ImageTokens):
 def _single_id(tokenizer: ChatTokenizer, token: str, *, fix: str) -> int:
     ids = tokenizer.encode(token)
     if len(ids) != 1 or token not in tokenizer.special_tokens:
-        raise InvalidConfigError(
+        raise NoImageTokenError(
             f"tokenizer {tokenizer.name!r} has no special token {token!r} (it encodes to "
             f"{len(ids)} ids); an image needs it in the token sequence: {fix}"
         )

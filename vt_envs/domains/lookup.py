@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vt_envs.core.env import ToolEnv
+from vt_envs.core.examples import ExampleCall, WorkedExample
 from vt_envs.core.policy import OraclePolicy
 from vt_envs.core.task import GeneratedTasks, Task
 from vt_envs.core.tool import Tool, ToolResult
@@ -25,9 +26,19 @@ from vt_envs.core.verifier import ExactMatch
 from vt_envs.errors import InvalidConfigError
 from vt_envs.registration import env_builder
 
-__all__ = ["LookupOracle", "LookupTool", "lookup_tasks", "make_lookup_env"]
+__all__ = ["EXAMPLES", "LookupOracle", "LookupTool", "lookup_tasks", "make_lookup_env"]
 
 INSTRUCTIONS = "Find the value stored under the key in the question."
+
+EXAMPLES = (
+    WorkedExample(
+        "What is the value of key 123?", (ExampleCall("lookup", {"key": "123"}, "456"),), "456"
+    ),
+    WorkedExample(
+        "What is the value of key 908?", (ExampleCall("lookup", {"key": "908"}, "031"),), "031"
+    ),
+)
+"""Two demonstrations (each episode's table is its own, so they give nothing away)."""
 _SPLIT_STREAM = {"train": 0, "test": 1}
 
 
@@ -128,9 +139,11 @@ def make_lookup_env(
     max_turns: int = 4,
     observation_format: str = "chat",
     inline_template: str = "<result>\n{text}\n</result>\n",
+    examples: Any = None,
     **env_kwargs: Any,
 ) -> ToolEnv:
-    """Build VT-Lookup-v0. ``tool_delay_s`` adds latency to each lookup (tests, benchmarks)."""
+    """Build VT-Lookup-v0. ``tool_delay_s`` adds latency to each lookup (tests, benchmarks);
+    ``examples=None`` shows :data:`EXAMPLES` before the task, ``[]`` none."""
     return ToolEnv(
         tools=[LookupTool(delay_s=tool_delay_s)],
         tasks=lookup_tasks(
@@ -141,6 +154,7 @@ def make_lookup_env(
         max_turns=max_turns,
         observation_format=observation_format,
         inline_template=inline_template,
+        examples=EXAMPLES if examples is None else examples,
         name="VT-Lookup-v0",
         **env_kwargs,
     )

@@ -25,13 +25,13 @@ def env(sql_cache):
 
 def test_prompt_shows_schema_keys_samples_and_question(env):
     obs, info = env.reset(options={"task_id": "sql/shop/test/0"})
-    text = obs["text"]
+    assert "<sql>QUERY</sql>" in obs["text"] and "<answer>ANSWER</answer>" in obs["text"]
+    text = obs["text"].rsplit("<|im_start|>user", 1)[-1]  # the task (after the worked examples)
     assert "Database `shop`" in text
     assert "CREATE TABLE order_items (" in text
     assert "FOREIGN KEY (product_id) REFERENCES products(product_id)" in text
     assert text.count("; sample rows:") == 5
     assert "Question: Which products in the Books category" in text
-    assert "<sql>QUERY</sql>" in text and "<answer>ANSWER</answer>" in text
     assert info["task_id"] == "sql/shop/test/0"
 
 
@@ -39,7 +39,8 @@ def test_schema_sample_rows_is_configurable(sql_cache):
     env = make_sql_env(split="test", schema_sample_rows=0, databases=("tpch",))
     obs, _ = env.reset(seed=0)
     env.close()
-    assert "sample rows" not in obs["text"] and "-- 15000 rows" in obs["text"]
+    task = obs["text"].rsplit("<|im_start|>user", 1)[-1]
+    assert "sample rows" not in task and "-- 15000 rows" in task
 
 
 def test_ids_interleave_databases_and_name_the_same_question(sql_cache):

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vt_envs.core.env import ToolEnv
+from vt_envs.core.examples import ExampleCall, WorkedExample
 from vt_envs.core.loaders import FieldMap
 from vt_envs.core.task import TaskSource
 from vt_envs.domains.math.generator import DIFFICULTIES, FAMILIES, math_tasks
@@ -39,6 +40,7 @@ from vt_envs.registration import env_builder
 
 __all__ = [
     "DIFFICULTIES",
+    "EXAMPLES",
     "FAMILIES",
     "INSTRUCTIONS",
     "MathNoToolPolicy",
@@ -56,6 +58,20 @@ INSTRUCTIONS = (
     "simplified expression), without units."
 )
 TORL_INLINE_TEMPLATE = "\n```output\n{text}\n```\n"
+
+EXAMPLES = (
+    WorkedExample(
+        "What is 37 × 48 + 5?",
+        (ExampleCall("python", {"code": "print(37 * 48 + 5)"}, "1781"),),
+        "1781",
+    ),
+    WorkedExample(
+        "What is the remainder when 2^{100} is divided by 7?",
+        (ExampleCall("python", {"code": "print(pow(2, 100, 7))"}, "2"),),
+        "2",
+    ),
+)
+"""Two demonstrations: compute in Python, then answer what it printed."""
 
 
 def _task_source(
@@ -112,6 +128,7 @@ def make_math_env(
     max_observation_tokens: int = 512,
     boxed_answers: bool = True,
     verify_timeout_s: float = 5.0,
+    examples: Any = None,
     **env_kwargs: Any,
 ) -> ToolEnv:
     """Build VT-Math-v0.
@@ -145,6 +162,8 @@ def make_math_env(
         max_tool_calls: after this many calls the env says so and accepts
             only an answer. ``boxed_answers``: accept ``\\boxed{}`` as the answer.
         verify_timeout_s: deadline of one math-verify comparison.
+        examples: worked examples before the task (``None``: :data:`EXAMPLES`;
+            ``[]`` for none; see :mod:`vt_envs.core.examples`).
 
     Other :class:`ToolEnv` keywords (``tokenizer``, ``rewards``,
     ``max_episode_tokens``, ``render_mode``, ...) pass through.
@@ -185,6 +204,7 @@ def make_math_env(
         max_tool_calls=max_tool_calls,
         max_observation_tokens=max_observation_tokens,
         boxed_answers=boxed_answers,
+        examples=EXAMPLES if examples is None else examples,
         name="VT-Math-v0",
         **env_kwargs,
     )

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vt_envs.core.env import ToolEnv
+from vt_envs.core.examples import ExampleCall, WorkedExample
 from vt_envs.core.policy import OraclePolicy, Policy
 from vt_envs.core.task import Task
 from vt_envs.domains.multi.tasks import FAMILIES, images_of_task, multi_tasks
@@ -36,6 +37,7 @@ from vt_envs.domains.visual.oracle import ZOOM_MARGIN
 from vt_envs.registration import env_builder
 
 __all__ = [
+    "EXAMPLES",
     "FAMILIES",
     "INSTRUCTIONS",
     "MultiFactsOnlyPolicy",
@@ -54,6 +56,44 @@ INSTRUCTIONS = (
 )
 
 
+_TOP_BOOKS = "SELECT price FROM products WHERE category = 'Books' ORDER BY price DESC LIMIT 3"
+_PRODUCT_CODE = "import math\nprint(math.prod(round(p * 100) for p in [157.89, 155.99, 149.32]))"
+_BY_STATUS = "SELECT status, COUNT(*) AS n FROM orders GROUP BY status ORDER BY n DESC"
+EXAMPLES = (
+    WorkedExample(
+        "In the shop database, what is the product of the prices, in cents, of the three "
+        "most expensive Books products?",
+        (
+            ExampleCall("sql", {"query": _TOP_BOOKS}, "price\n157.89\n155.99\n149.32\n(3 rows)"),
+            ExampleCall(
+                "python",
+                {"code": _PRODUCT_CODE},
+                "3677641267452",
+            ),
+        ),
+        "3677641267452",
+    ),
+    WorkedExample(
+        "In the shop database, count the orders of each status. What is the sum of the "
+        "squares of these counts?",
+        (
+            ExampleCall(
+                "sql",
+                {"query": _BY_STATUS},
+                "status | n\ndelivered | 1483\nreturned | 539\ncancelled | 496\nshipped | 482\n"
+                "(4 rows)",
+            ),
+            ExampleCall(
+                "python", {"code": "print(sum(n * n for n in [1483, 539, 496, 482]))"}, "2968150"
+            ),
+        ),
+        "2968150",
+    ),
+)
+"""Two demonstrations (facts from the shop database, then Python), of no task family's
+question; ``tests/domains/multi`` runs their calls through the env's tools."""
+
+
 @env_builder
 def make_multi_env(
     *,
@@ -68,6 +108,7 @@ def make_multi_env(
     max_turns: int = 6,
     max_tool_calls: int | None = 4,
     max_observation_tokens: int = 1024,
+    examples: Any = None,
     **env_kwargs: Any,
 ) -> ToolEnv:
     """Build VT-Multi-v0.
@@ -79,6 +120,8 @@ def make_multi_env(
         size: at most this many tasks.
         retriever, top_k: the search tool's (as VT-Search-v0's).
         python_timeout_s, sql_timeout_s, isolation: the sandboxed tools'.
+        examples: worked examples before the task (``None``: :data:`EXAMPLES`;
+            ``[]``: none).
         max_turns, max_tool_calls, max_observation_tokens, **env_kwargs:
             passed to :class:`ToolEnv` (``processor=PATH`` for a Qwen2-VL
             processor's image tokens).
@@ -118,6 +161,7 @@ def make_multi_env(
         max_turns=max_turns,
         max_tool_calls=max_tool_calls,
         max_observation_tokens=max_observation_tokens,
+        examples=EXAMPLES if examples is None else examples,
         name="VT-Multi-v0",
         **env_kwargs,
     )

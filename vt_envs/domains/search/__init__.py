@@ -42,6 +42,7 @@ from vt_envs.domains.search.embedders import (
     dense_available,
     load_embedder,
 )
+from vt_envs.domains.search.examples import EXAMPLES
 from vt_envs.domains.search.index import INDEX_KINDS, IndexConfig, build_index, open_index
 from vt_envs.domains.search.loaders import fanoutqa_coverage, load_fanoutqa, load_search_r1
 from vt_envs.domains.search.oracle import NoSearchPolicy, SearchOracle
@@ -155,6 +156,7 @@ def make_search_env(
     max_turns: int = 6,
     max_episode_tokens: int = 8192,
     max_observation_tokens: int = 1024,
+    examples: Any = None,
     **env_kwargs: Any,
 ) -> ToolEnv:
     """Build VT-Search-v0.
@@ -179,6 +181,10 @@ def make_search_env(
         dataset: instead of generated tasks, a Search-R1 / FlashRAG question
             file, or ``"fanoutqa"``.
         metric: the reward: ``"em"``, ``"f1"`` or ``"substring_em"``.
+        examples: worked examples before the task; ``None``: the two of
+            :mod:`vt_envs.domains.search.examples` over the embedded corpus
+            (none with ``corpus=``/``dataset=``: they are about the embedded
+            articles); ``[]``: none.
         max_turns, max_episode_tokens, max_observation_tokens, **env_kwargs:
             passed to :class:`ToolEnv`.
     """
@@ -210,6 +216,7 @@ def make_search_env(
         max_tool_calls=max_searches,
         max_episode_tokens=max_episode_tokens,
         max_observation_tokens=max_observation_tokens,
+        examples=EXAMPLES if examples is None and corpus is None and dataset is None else examples,
         name="VT-Search-v0",
         **env_kwargs,
     )

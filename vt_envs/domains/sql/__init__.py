@@ -17,6 +17,7 @@ from typing import Any
 
 from vt_envs.core.env import ToolEnv
 from vt_envs.domains.sql.databases import EMBEDDED_DATABASES, connect_readonly, database_path
+from vt_envs.domains.sql.examples import EXAMPLES
 from vt_envs.domains.sql.oracle import SQLOracle
 from vt_envs.domains.sql.spider import load_spider
 from vt_envs.domains.sql.tasks import sql_tasks
@@ -62,6 +63,7 @@ def make_sql_env(
     remind_turns_left: bool = True,
     max_episode_tokens: int = 16384,
     max_observation_tokens: int = 4096,
+    examples: Any = None,
     **env_kwargs: Any,
 ) -> ToolEnv:
     """Build VT-SQL-v0.
@@ -77,6 +79,9 @@ def make_sql_env(
         query_timeout_s: time limit of each query (tool and verifier).
         max_result_rows, max_result_chars: caps of a rendered result.
         column_order_insensitive: accept answers with the right columns in another order.
+        examples: worked examples before the task; ``None``: the two of
+            :mod:`vt_envs.domains.sql.examples` (on a database of their own);
+            ``[]``: none.
         max_turns, remind_turns_left, max_episode_tokens, max_observation_tokens,
         **env_kwargs: passed to :class:`ToolEnv`.
     """
@@ -110,6 +115,7 @@ def make_sql_env(
         remind_turns_left=remind_turns_left,
         max_episode_tokens=max_episode_tokens,
         max_observation_tokens=max_observation_tokens,
+        examples=EXAMPLES if examples is None else examples,
         name="VT-SQL-v0",
         **env_kwargs,
     )
