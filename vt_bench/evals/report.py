@@ -58,7 +58,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             f"{m['mean_tokens_out']:.0f} |"
         )
     for env_id, reason in summary.get("skipped", {}).items():
-        lines.append(f"| {env_id} | not played: {reason.split(':')[0]} |" + " |" * (8 + len(shown)))
+        lines.append(f"| {env_id} | not played: {reason.split(':')[0]} |" + " |" * (7 + len(shown)))
     lines += [
         "",
         "| env | tool latency p50 / p99 (ms) | s / episode | tools used | tool errors | "
