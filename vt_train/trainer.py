@@ -751,7 +751,10 @@ class Trainer:
             if self.vision:
                 lm_config = self.actor.module.lm.config
                 span = (lm_config.vision_start_token_id, lm_config.vision_end_token_id)
-            probes = [_probe(t, cfg.rollout.max_context, span) for t in trajectories[:2]]
+            # One token short of the context: vLLM scores a sequence as a prompt that
+            # must leave room for one generated token (prompt + 1 <= max_model_len).
+            limit = cfg.rollout.max_context - 1
+            probes = [_probe(t, limit, span) for t in trajectories[:2]]
             probe = [ids for ids, _ in probes]
             probe_images = [images for _, images in probes] if self.vision else None
             metrics.update(self._sync_weights(probe, probe_images))
