@@ -228,7 +228,9 @@ def trunk_hidden(
 def load_policy(path: str | os.PathLike[str], **kwargs: Any) -> nn.Module:
     """A local model directory (or a packaged model's name, built once:
     :mod:`vt_envs.core.packaged_models`) as a causal LM: ``AutoModelForCausalLM``, or
-    ``AutoModelForImageTextToText`` when its config has a vision tower (Qwen2-VL)."""
+    ``AutoModelForImageTextToText`` when its config has a vision tower (Qwen2-VL).
+    A text model's SDPA attention is :mod:`vt_train.attention`'s (grouped heads
+    without copies on the CPU; the same values)."""
     import transformers
 
     dtype = kwargs.get("dtype")
@@ -240,4 +242,9 @@ def load_policy(path: str | os.PathLike[str], **kwargs: Any) -> nn.Module:
         if "vision_config" in config
         else transformers.AutoModelForCausalLM
     )
-    return auto.from_pretrained(str(path), local_files_only=True, **kwargs)
+    model = auto.from_pretrained(str(path), local_files_only=True, **kwargs)
+    if "vision_config" in config:
+        return model
+    from vt_train.attention import use_cpu_gqa_attention
+
+    return use_cpu_gqa_attention(model)

@@ -50,6 +50,7 @@ from vt_envs.core.packaged_models import resolve_model
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
 from vt_envs.errors import InvalidConfigError
 
+from ..attention import use_cpu_gqa_attention
 from ..logprobs import ban_tokens
 from ..vision import (
     ImageInputs,
@@ -212,6 +213,8 @@ class HFEngine(RolloutEngine):
         self.model = model.to(self.device).eval()
         self.tokenizer: ChatTokenizer = load_tokenizer(tokenizer)
         self.vision = is_vision_language(self.model)
+        if not self.vision:  # decode attends over the whole cache: no K/V copies on the CPU
+            use_cpu_gqa_attention(self.model)
         banned = vision_token_ids(self.model.config) if self.vision else ()
         self._banned = (
             torch.tensor(banned, dtype=torch.long, device=self.device) if banned else None
