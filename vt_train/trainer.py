@@ -112,6 +112,13 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def _all_equal_share(played: Sequence[Trajectory], n: int) -> float:
+    """The share of ``played``'s groups (``n`` consecutive trajectories) whose rewards
+    are all equal: groups that give GRPO no signal."""
+    groups = [played[g : g + n] for g in range(0, len(played), n)]
+    return sum(len({t.reward for t in group}) == 1 for group in groups) / max(len(groups), 1)
+
+
 def _load_policy(
     config: TrainConfig, tokenizer: Any, processor_dir: Path | None
 ) -> torch.nn.Module:
@@ -315,6 +322,9 @@ class Trainer:
         self.step_index = 0
         self.updates = 0
         self.sampling_rounds = 0  # rollout rounds of the last dynamic-sampling step
+        # Every trajectory the last dynamic-sampling step played, and what it returned:
+        # rollout metrics describe the policy, not the groups kept for training.
+        self._played: tuple[list[Trajectory], list[Trajectory]] | None = None
 
     def _frozen(self, model: LogprobModel) -> Any:
         """A model that only runs forward (the reference): on the device, in the
@@ -698,6 +708,7 @@ class Trainer:
             return trajectories
         n, target = cfg.rollout.n, cfg.rollout.tasks_per_step
         kept: list[list[Trajectory]] = []
+        played = list(first)
         self.sampling_rounds = 1
         while True:
             for g in range(len(trajectories) // n):
@@ -709,13 +720,17 @@ class Trainer:
             trajectories = self._play(
                 self._sample_tasks(self.step_index, self.sampling_rounds), self.sampling_rounds
             )
+            played += trajectories
             self.sampling_rounds += 1
         if not kept:
+            self._played = (first, played)
             return first
         for group_id, group in enumerate(kept):
             for trajectory in group:
                 trajectory.group_id = group_id
-        return [t for group in kept for t in group]
+        result = [t for group in kept for t in group]
+        self._played = (result, played)
+        return result
 
     def _shape_truncated(self, trajectories: list[Trajectory]) -> dict[str, float]:
         """Apply ``rollout.truncated`` to truncated episodes; returns its metrics."""
@@ -731,15 +746,22 @@ class Trainer:
     def learn(self, trajectories: list[Trajectory]) -> dict[str, float]:
         """Update the policy (and critic) on ``trajectories``; push the new weights."""
         cfg, algo = self.config, self.algo
-        metrics = {f"rollout/{k}": v for k, v in summarize(trajectories).items()}
+        played = trajectories
+        if self._played is not None and self._played[0] is trajectories:
+            played = self._played[1]  # every round dynamic sampling played, not only the kept
+        self._played = None
+        metrics = {f"rollout/{k}": v for k, v in summarize(played).items()}
         if self.config.env.mixture:  # each domain's reward, accuracy, turns, tool use
-            metrics.update(domain_metrics(trajectories, "rollout/"))
+            metrics.update(domain_metrics(played, "rollout/"))
         if self.sampling_rounds:
             metrics["rollout/sampling_rounds"] = float(self.sampling_rounds)
+        if played is not trajectories:
+            metrics["rollout/all_equal_group_share"] = _all_equal_share(played, cfg.rollout.n)
+            metrics["rollout/trained_share"] = len(trajectories) / max(len(played), 1)
         metrics.update(self._shape_truncated(trajectories))
         batch = TrainBatch.from_trajectories(trajectories, pad_token_id=self.tokenizer.pad_token_id)
         keep = group_filter_mask(batch.rewards, batch.group_ids)
-        metrics["rollout/all_equal_group_share"] = 1.0 - float(keep.float().mean())
+        metrics.setdefault("rollout/all_equal_group_share", 1.0 - float(keep.float().mean()))
         if algo.filter_groups:
             batch = (
                 batch.select(torch.nonzero(keep).flatten(), normalize=True) if keep.any() else None
