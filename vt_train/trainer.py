@@ -755,13 +755,15 @@ class Trainer:
             metrics.update(domain_metrics(played, "rollout/"))
         if self.sampling_rounds:
             metrics["rollout/sampling_rounds"] = float(self.sampling_rounds)
-        if played is not trajectories:
-            metrics["rollout/all_equal_group_share"] = _all_equal_share(played, cfg.rollout.n)
-            metrics["rollout/trained_share"] = len(trajectories) / max(len(played), 1)
         metrics.update(self._shape_truncated(trajectories))
         batch = TrainBatch.from_trajectories(trajectories, pad_token_id=self.tokenizer.pad_token_id)
         keep = group_filter_mask(batch.rewards, batch.group_ids)
-        metrics.setdefault("rollout/all_equal_group_share", 1.0 - float(keep.float().mean()))
+        if played is not trajectories:
+            metrics["rollout/all_equal_group_share"] = _all_equal_share(played, cfg.rollout.n)
+            trained = int(keep.sum()) if algo.filter_groups else len(trajectories)
+            metrics["rollout/trained_share"] = trained / max(len(played), 1)
+        else:
+            metrics["rollout/all_equal_group_share"] = 1.0 - float(keep.float().mean())
         if algo.filter_groups:
             batch = (
                 batch.select(torch.nonzero(keep).flatten(), normalize=True) if keep.any() else None

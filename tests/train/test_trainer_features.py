@@ -301,3 +301,13 @@ def test_the_trainer_generates_only_the_tasks_it_draws(tmp_path):
     trainer.step()
     assert 0 < len(train_tasks._cache) <= 2 < len(train_tasks)  # rollout.tasks_per_step
     trainer.close()
+
+
+def test_dynamic_sampling_that_keeps_nothing_trains_nothing_and_says_so(tmp_path):
+    trainer = make_trainer(
+        tmp_path, "algo=dapo", "rollout.max_sampling_rounds=1", responder=WrongThenMixed(wrong=8)
+    )
+    metrics = trainer.step()  # one round, every group all wrong
+    assert metrics["rollout/all_equal_group_share"] == 1.0
+    assert metrics["rollout/trained_share"] == 0.0 and "policy/pg_loss" not in metrics
+    trainer.close()
