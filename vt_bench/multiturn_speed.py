@@ -173,9 +173,9 @@ def run_multiturn(cfg: MultiTurnConfig) -> dict[str, Any]:
     model, tokenizer = _load(cfg)
     vocab, pad = tokenizer.vocab_size, tokenizer.pad_token_id
     sides = (*SIDES, VLLM_SIDE) if cfg.vllm else SIDES
-    scratch = tempfile.TemporaryDirectory(prefix="vt_multiturn_")
+    scratch = tempfile.TemporaryDirectory(prefix="vt_multiturn_") if cfg.vllm else None
     # Started once, before the rounds: start-up is not a turn.
-    llm = _vllm_engine(cfg, model, tokenizer, Path(scratch.name)) if cfg.vllm else None
+    llm = _vllm_engine(cfg, model, tokenizer, Path(scratch.name)) if scratch else None
     runs: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
     for r in range(cfg.rounds):
         order = sides if r % 2 == 0 else sides[::-1]
@@ -194,7 +194,8 @@ def run_multiturn(cfg: MultiTurnConfig) -> dict[str, Any]:
                 {"wall_s": wall, "prefill_per_episode": prefill / cfg.episodes,
                  "generated_per_s": generated / wall},
             )  # fmt: skip
-    scratch.cleanup()
+    if scratch is not None:
+        scratch.cleanup()
     summary = {
         side: {key: statistics.median(run[key] for run in rows) for key in rows[0]}
         for side, rows in runs.items()

