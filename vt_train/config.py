@@ -163,6 +163,11 @@ class RolloutConfig:
             max |logprob difference|; ``None`` picks them by the training
             dtype (fp32: 1e-3 / 5e-2; bf16, where ~0.1 on single tokens is
             normal: 0.1 / 2.0).
+        sync_min_shift: the check also compares how the engine's and the
+            trainer's probe logprobs *changed* over the update (a skipped sync
+            leaves the engine's unchanged, which bf16's tolerances above cannot
+            see); it applies when the trainer's moved by at least this mean
+            |logprob change| (smaller updates cannot be told from noise).
         truncated: what trains on a truncated episode (a budget ran out before
             an answer): ``"keep"`` it as it is, ``"mask"`` it out of the loss
             (DAPO's overlong filtering; it still counts in its group's
@@ -187,6 +192,7 @@ class RolloutConfig:
     sync_check: bool = True
     sync_mean_tol: float | None = None
     sync_max_tol: float | None = None
+    sync_min_shift: float = 1e-3
     truncated: str = "keep"
     truncation_penalty: float = 1.0
     max_sampling_rounds: int = 3
@@ -316,11 +322,16 @@ class TrainConfig:
         Dr. GRPO's ``seq-mean-token-sum-norm`` divides each trajectory's token
         sum by one constant; unless given, it is a trajectory's token budget
         (``rollout.max_context``), the same for every trajectory and step.
+        DAPO's overlong punishment measures length against the same budget
+        unless ``overlong_max_tokens`` is given, ramping over its last fifth.
         """
         overrides = dict(self.algorithm)
-        loss_agg = overrides.get("loss_agg", PRESETS.get(self.algo).get("loss_agg"))
+        preset = PRESETS.get(self.algo)
+        loss_agg = overrides.get("loss_agg", preset.get("loss_agg"))
         if loss_agg == "seq-mean-token-sum-norm":
             overrides.setdefault("loss_norm_tokens", self.rollout.max_context)
+        if overrides.get("overlong_shaping", preset.get("overlong_shaping", False)):
+            overrides.setdefault("overlong_max_tokens", self.rollout.max_context)
         return AlgorithmConfig.from_preset(self.algo, **overrides)
 
 

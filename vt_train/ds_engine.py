@@ -7,9 +7,10 @@ when they are unset, with the gloo backend); ``torchrun`` gives several.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,13 @@ import torch
 
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["DeepSpeedConfig", "DeepSpeedModel", "FrozenDeepSpeedModel", "init_distributed_env"]
+__all__ = [
+    "DeepSpeedConfig",
+    "DeepSpeedModel",
+    "FrozenDeepSpeedModel",
+    "init_distributed_env",
+    "zero3_construction",
+]
 
 
 @dataclass
@@ -30,13 +37,21 @@ class DeepSpeedConfig:
         bf16: train in bfloat16 (fp32 master weights kept by DeepSpeed).
         torch_adam: use ``torch.optim.AdamW`` instead of DeepSpeed's compiled
             Adam (whose JIT build costs 40-50 s on first use on CPU).
+        zero_init: under ZeRO-3, build models loaded from a directory already
+            partitioned (``deepspeed.zero.Init``; :func:`zero3_construction`),
+            so no rank ever holds a whole model in host or GPU memory.
+            ``false`` loads each whole, then partitions it.
         offload_optimizer: ZeRO-Offload of optimizer states to CPU (GPU runs).
+            Needs ``zero_stage >= 1`` and DeepSpeed's own CPU Adam
+            (``torch_adam: false``): DeepSpeed refuses a torch optimizer with
+            offloaded states.
         grad_clip: gradient-norm clipping (0 disables).
     """
 
     zero_stage: int = 0
     bf16: bool = False
     torch_adam: bool = True
+    zero_init: bool = True
     offload_optimizer: bool = False
     grad_clip: float = 1.0
 
@@ -45,6 +60,18 @@ class DeepSpeedConfig:
             raise InvalidConfigError(f"deepspeed.zero_stage must be 0-3, got {self.zero_stage}")
         if self.grad_clip < 0:
             raise InvalidConfigError(f"deepspeed.grad_clip must be >= 0, got {self.grad_clip}")
+        if self.offload_optimizer and self.zero_stage == 0:
+            raise InvalidConfigError(
+                "deepspeed.offload_optimizer=true needs ZeRO: zero_stage is 0, where nothing is "
+                "offloaded. Set deepspeed.zero_stage to 1, 2 or 3, or offload_optimizer=false"
+            )
+        if self.offload_optimizer and self.torch_adam:
+            raise InvalidConfigError(
+                "deepspeed.offload_optimizer=true with torch_adam=true: DeepSpeed keeps offloaded "
+                "optimizer states only with its own CPU Adam and refuses torch.optim.AdamW at "
+                "start-up. Set deepspeed.torch_adam=false (DeepSpeed builds its CPU Adam on first "
+                "use), or offload_optimizer=false"
+            )
 
 
 def _free_port() -> int:
@@ -65,6 +92,36 @@ def init_distributed_env() -> None:
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
+
+
+@contextlib.contextmanager
+def zero3_construction(config: DeepSpeedConfig) -> Iterator[None]:
+    """While inside, ``transformers``' ``from_pretrained`` builds models partitioned over
+    the ranks (``deepspeed.zero.Init``) and loads each checkpoint tensor straight into
+    its shards: a rank holds ``1 / world`` of each model, never the whole.
+
+    Copies of a model built so cannot be made with ``copy.deepcopy`` (its parameters
+    are placeholders): load each copy (reference, critic trunk) from the directory
+    inside the same block. Models meant to stay whole (an HF rollout engine) are
+    loaded after it.
+    """
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    init_distributed_env()
+    # transformers keeps only a weak reference: this object must live through the loads.
+    hf_config = HfDeepSpeedConfig(
+        {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {"stage": 3},
+            "bf16": {"enabled": config.bf16},
+        }
+    )
+    try:
+        yield
+    finally:
+        unset_hf_deepspeed_config()
+        del hf_config
 
 
 class DeepSpeedModel:
@@ -113,7 +170,7 @@ class DeepSpeedModel:
             "zero_optimization": {"stage": config.zero_stage},
             "wall_clock_breakdown": False,
         }
-        if config.offload_optimizer and config.zero_stage > 0:
+        if config.offload_optimizer:  # validated: ZeRO 1-3, DeepSpeed's CPU Adam
             ds_config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
         if optimizer is None:
             ds_config["optimizer"] = {
@@ -193,6 +250,43 @@ class DeepSpeedModel:
                 return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
         return {k: v.detach().float().cpu().clone() for k, v in module.state_dict().items()}
 
+    def named_weights(
+        self, dtype: torch.dtype, *, bucket_bytes: int = 256 << 20
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """The model's weights as ``(name, tensor)`` pairs in ``dtype`` on the CPU, one at
+        a time, for a weight sync that never holds a whole copy of the model.
+
+        Under ZeRO-3 parameters are gathered ``bucket_bytes`` (of the full tensors) at a
+        time and released before the next bucket: the gathers are collectives, so every
+        rank must walk the whole stream. Tied weights come once (under their first
+        name); persistent buffers come too. Each yielded tensor is a fresh copy the
+        consumer may keep or drop.
+        """
+        module = self._weights_module()
+        named = module.state_dict(keep_vars=True)  # parameters and persistent buffers
+        seen: set[int] = set()
+        entries = []
+        for name, tensor in named.items():
+            if id(tensor) in seen:  # a tied weight's second name
+                continue
+            seen.add(id(tensor))
+            entries.append((name, tensor))
+        if self.config.zero_stage != 3:
+            for name, tensor in entries:
+                yield name, tensor.detach().to(device="cpu", dtype=dtype, copy=True)
+            return
+        import deepspeed
+
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        for bucket in _buckets(entries, bucket_bytes, itemsize):
+            params = [t for _, t in bucket if hasattr(t, "ds_id")]
+            with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+                copies = [
+                    (name, t.detach().to(device="cpu", dtype=dtype, copy=True))
+                    for name, t in bucket
+                ]
+            yield from copies
+
     def save_checkpoint(
         self, directory: str | Path, tag: str, client_state: Mapping[str, Any]
     ) -> None:
@@ -204,6 +298,24 @@ class DeepSpeedModel:
         if client_state is None:
             raise InvalidConfigError(f"no checkpoint {tag!r} in {directory}")
         return client_state
+
+
+def _buckets(
+    entries: Sequence[tuple[str, torch.Tensor]], bucket_bytes: int, itemsize: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """``entries`` in consecutive groups of at most ``bucket_bytes`` (a larger tensor
+    alone); sizes are of the full tensors (``ds_numel`` under ZeRO-3)."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in entries:
+        n = getattr(tensor, "ds_numel", tensor.numel()) * itemsize
+        if bucket and size + n > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += n
+    if bucket:
+        yield bucket
 
 
 class FrozenDeepSpeedModel:

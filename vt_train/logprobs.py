@@ -27,6 +27,13 @@ distribution.
 A text model's batch runs its rows' shared prefix (the system prompt)
 through the decoder once (:mod:`vt_train.prefix`); the logprobs are those of
 the plain forward.
+
+On several ranks (``lockstep.enabled``, set by the trainer) every forward
+makes the same module calls on every rank, as ZeRO-3 requires
+(:mod:`vt_train.lockstep`): the ranks agree on the number of LM-head chunks
+(a rank with fewer positions runs zero-weight calls on one zero hidden
+state, kept in the autograd graph so the backward matches too) and on the
+shared-prefix path (taken only if every rank can).
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from vt_train.prefix import decoder_hidden, first_selected
+from vt_train.lockstep import Lockstep
+from vt_train.prefix import decoder_hidden, first_selected, plan_prefix
 from vt_train.vision import is_vision_language, trunk_hidden, vision_token_ids
 
 __all__ = ["LogprobModel", "ban_tokens"]
@@ -94,6 +102,7 @@ class LogprobModel(nn.Module):
         banned = vision_token_ids(lm.config) if is_vision_language(lm) else ()
         # Not a buffer: it must not appear in the state dict the engines load.
         self._banned = torch.tensor(banned, dtype=torch.long) if banned else None
+        self.lockstep = Lockstep()
 
     @property
     def config(self) -> Any:
@@ -116,11 +125,21 @@ class LogprobModel(nn.Module):
             if select is not None
             else torch.ones_like(input_ids[:, 1:], dtype=torch.bool)
         )  # column h: the hidden state at h scores token h + 1
-        if pixel_values is None and not is_vision_language(self.lm):
-            # the rows' shared prefix (the system prompt) runs once: vt_train.prefix
+        text = pixel_values is None and not is_vision_language(self.lm)
+        decoder = None
+        prefix = 0
+        if text:  # the rows' shared prefix (the system prompt) runs once: vt_train.prefix
             decoder = self.lm.get_decoder() if hasattr(self.lm, "get_decoder") else self.lm
-            hidden, skip = decoder_hidden(
+            prefix = plan_prefix(
                 decoder, input_ids, attention_mask, first_needed=first_selected(where)
+            )
+        chunks = -(-int(where.sum()) // self.chunk_size)
+        (chunks,), (shared,), _ = self.lockstep.agree(
+            input_ids.device, maximum=[chunks], every=[prefix > 0]
+        )
+        if text:
+            hidden, skip = decoder_hidden(
+                decoder, input_ids, attention_mask, prefix=prefix if shared else 0
             )
         else:
             hidden, skip = (
@@ -136,16 +155,20 @@ class LogprobModel(nn.Module):
         where = where[:, skip:]
         picked_hidden = hidden[:, :-1][where]  # [N, H]
         targets = input_ids[:, 1 + skip :][where]
-        head = self.lm.get_output_embeddings()
-        pieces, entropies = [], []
-        for start in range(0, targets.shape[0], self.chunk_size):
+        pieces, entropies, ballast = [], [], []
+        for index in range(chunks):
+            start = index * self.chunk_size
             h = picked_hidden[start : start + self.chunk_size]
             t = targets[start : start + self.chunk_size]
-            args = (head, h, t, temperature, entropy, self._banned)
-            if torch.is_grad_enabled():
-                lp, ent = checkpoint(_head, *args, use_reentrant=False)
-            else:
-                lp, ent = _head(*args)
+            if not len(t):  # another rank has more chunks: the same call, at zero weight
+                # On a hidden state taken from the graph, not a constant: ZeRO-3 releases a
+                # module's parameters after the backward reaches its inputs, so the call's
+                # input must need a gradient on this rank as on the others.
+                zero = hidden[:1, 0] * 0.0
+                lp, ent = self._head(zero, targets.new_zeros(1), temperature, entropy)
+                ballast.append(lp.sum() + ent.sum())
+                continue
+            lp, ent = self._head(h, t, temperature, entropy)
             pieces.append(lp)
             entropies.append(ent)
         logprobs = hidden.new_zeros(input_ids.shape, dtype=torch.float32)
@@ -154,7 +177,25 @@ class LogprobModel(nn.Module):
             logprobs[:, 1 + skip :][where] = torch.cat(pieces)
             if ent_out is not None:
                 ent_out[:, 1 + skip :][where] = torch.cat(entropies)
+        if ballast:  # zero, but in the graph: the backward visits the head as often
+            logprobs = logprobs + 0.0 * torch.stack(ballast).sum()
         return logprobs, ent_out
+
+    def _head(
+        self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One LM-head chunk; under autograd recomputed in the backward (checkpointed)."""
+        args = (
+            self.lm.get_output_embeddings(),
+            hidden,
+            targets,
+            temperature,
+            entropy,
+            self._banned,
+        )
+        if torch.is_grad_enabled():
+            return checkpoint(_head, *args, use_reentrant=False)
+        return _head(*args)
 
     # The wrapped model's parameter names, so syncs and exports see HF names.
     def lm_state_dict(self) -> dict[str, torch.Tensor]:

@@ -21,8 +21,18 @@ micro-batch's backward:
   ``chunk x V`` values through the 16-bit head output, the fp32 logits,
   softmax and their gradients (~20 bytes per value).
 * **the rollout engine**: vLLM reserves ``gpu_memory_utilization`` of every
-  GPU it runs on (weights and KV cache); the HF engine holds a 16-bit copy
-  of the weights (its KV cache is not counted).
+  GPU one of its shards runs on, times the shards each GPU holds — the
+  placement of :mod:`vt_train.placement` (one engine per tensor-parallel
+  group of ranks, on the group's own GPUs) puts exactly one on each; a
+  launch that cannot be placed so is reported. Inside the reservation the
+  engine's weights take ``params / tensor_parallel_size`` and the rest is
+  its KV cache; a reservation smaller than the weight shard does not fit.
+  The HF engine holds a 16-bit copy of the weights (its KV cache is not
+  counted).
+* **host RAM per rank**: loading the weights (under ZeRO-3 the model is
+  built partitioned, ``deepspeed.zero.Init``, so a rank holds its shard)
+  and a weight sync (the stream holds one bucket at a time in the trainer
+  and one in flight to the engine: ``2 x 256 MiB``).
 
 It is an estimate: fragmentation, CUDA context (~0.5-1 GB) and NCCL buffers
 come on top, so keep a margin of about 10%.
@@ -32,7 +42,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +62,7 @@ GiB = 1024**3
 _ZERO_BUCKET = 5e8  # DeepSpeed's reduce_bucket_size / allgather_bucket_size defaults
 _ZERO3_LIVE = 1e9  # DeepSpeed's stage3_max_live_parameters default
 _LOGIT_BYTES = 20  # per logit of one chunk: bf16 head out, fp32 logits, softmax, grads
+_SYNC_BUCKET = 256 * 2**20  # VLLMEngine's weight_bucket_mb default, in bytes
 
 
 @dataclass(frozen=True)
@@ -227,9 +239,14 @@ class MemoryEstimate:
     def total(self) -> float:
         return sum(self.parts.values())
 
+    #: Why the recipe cannot run as configured on this launch, whatever the total.
+    problems: list[str] = field(default_factory=list)
+    #: Lines that explain a part (what a vLLM reservation holds).
+    notes: list[str] = field(default_factory=list)
+
     @property
     def fits(self) -> bool:
-        return self.total <= 0.9 * self.gpu_bytes
+        return self.total <= 0.9 * self.gpu_bytes and not self.problems
 
     def table(self) -> str:
         gib = self.gpu_bytes / GiB
@@ -238,8 +255,10 @@ class MemoryEstimate:
             f"on {self.gpus} x {gib:.0f} GiB (estimate; see vt_train/memory.py)"
         ]
         lines += [f"#   {part:<38} {n / GiB:8.1f} GiB" for part, n in self.parts.items() if n]
+        lines += [f"#     {note}" for note in self.notes]
         verdict = "fits" if self.fits else "DOES NOT FIT (keep ~10% free)"
         lines.append(f"#   {'total':<38} {self.total / GiB:8.1f} GiB of {gib:.0f}: {verdict}")
+        lines += [f"#   problem: {problem}" for problem in self.problems]
         for part, n in self.host_bytes.items():
             lines.append(f"#   host RAM per rank, {part:<20} {n / GiB:8.1f} GiB")
         return "\n".join(lines)
@@ -292,9 +311,43 @@ def estimate_memory(
     parts["logits (one LM-head chunk)"] = chunk * shape.vocab_size * _LOGIT_BYTES
 
     gpu_bytes = gpu_gib * GiB
+    estimate = MemoryEstimate(shape, gpus, gpu_bytes, parts, host)
+    if stage == 3:  # built partitioned (deepspeed.zero.Init): a rank loads its shard
+        host["loading weights"] = shape.num_params * w / gpus
+    host["weight sync (streamed)"] = 2 * _SYNC_BUCKET
     if rollout.engine == "vllm":
-        share = rollout.engine_kwargs.get("gpu_memory_utilization", 0.9)  # vLLM's default
-        parts[f"vLLM reservation ({share:.0%})"] = share * gpu_bytes
+        _vllm_share(estimate, config, shape, w)
     else:
         parts["HF engine weights"] = shape.num_params * w
-    return MemoryEstimate(shape, gpus, gpu_bytes, parts, host)
+    return estimate
+
+
+def _vllm_share(estimate: MemoryEstimate, config: Any, shape: ModelShape, w: int) -> None:
+    """vLLM's reservation on each GPU, by the placement of one node of ``gpus`` ranks."""
+    from vt_train.placement import PlacementError, engine_tensor_parallel, plan_placement
+
+    kwargs = config.rollout.engine_kwargs
+    tp = engine_tensor_parallel("vllm", kwargs)
+    gpus, gpu_bytes = estimate.gpus, estimate.gpu_bytes
+    share = kwargs.get("gpu_memory_utilization", 0.9)  # vLLM's default
+    try:
+        plan = plan_placement(world=gpus, local_world=gpus, gpus_per_node=gpus, tensor_parallel=tp)
+    except PlacementError as exc:
+        estimate.problems.append(str(exc))
+        return
+    per_gpu = max(Counter(d for p in plan for d in p.engine_devices).values())
+    engines = sum(p.leads for p in plan)
+    label = f"vLLM reservation ({share:.0%} x {per_gpu} shard)"
+    estimate.parts[label] = share * gpu_bytes * per_gpu
+    weights = shape.num_params * w / tp
+    kv = share * gpu_bytes - weights
+    estimate.notes.append(
+        f"{engines} engine(s) x TP {tp} on {gpus} GPUs: each GPU holds one shard, "
+        f"{weights / GiB:.1f} GiB of weights and ~{max(kv, 0) / GiB:.1f} GiB of KV cache"
+    )
+    if kv <= 0:
+        estimate.problems.append(
+            f"vLLM's {share:.0%} of a GPU ({share * gpu_bytes / GiB:.1f} GiB) cannot hold its "
+            f"weight shard ({weights / GiB:.1f} GiB at TP {tp}): raise gpu_memory_utilization "
+            "or tensor_parallel_size"
+        )

@@ -248,11 +248,14 @@ class CriticModel(nn.Module):
         return cls(copy.deepcopy(decoder))
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str]) -> CriticModel:
-        """A critic whose trunk is loaded from a local model directory (``AutoModel``)."""
+    def from_pretrained(
+        cls, path: str | os.PathLike[str], dtype: torch.dtype = torch.float32
+    ) -> CriticModel:
+        """A critic whose trunk is loaded from a local model directory (``AutoModel``, in
+        ``dtype``; inside :func:`~vt_train.ds_engine.zero3_construction`: partitioned)."""
         from transformers import AutoModel
 
-        return cls(AutoModel.from_pretrained(str(path), local_files_only=True).float())
+        return cls(AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype))
 
     @classmethod
     def from_config(cls, config: TinyModelConfig, tokenizer: Any = None) -> CriticModel:

@@ -25,7 +25,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["MIN_PREFIX", "decoder_hidden", "first_selected", "shared_prefix_length"]
+__all__ = [
+    "MIN_PREFIX",
+    "decoder_hidden",
+    "first_selected",
+    "plan_prefix",
+    "shared_prefix_length",
+]
 
 #: Shorter shared prefixes are not worth a second decoder call.
 MIN_PREFIX = 32
@@ -43,26 +49,47 @@ def shared_prefix_length(
     return max(0, min(run, first_needed, input_ids.shape[1] - 1))
 
 
-def decoder_hidden(
+def plan_prefix(
     decoder: nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
     *,
     first_needed: int,
-) -> tuple[torch.Tensor, int]:
-    """The decoder's last hidden states from position ``P`` on, and ``P``.
+) -> int:
+    """The shared prefix :func:`decoder_hidden` would run once (0: the plain path).
 
-    ``first_needed``: the first position whose hidden state the caller uses
-    (the prefix never covers it). ``P`` is 0 (a plain forward) unless the
-    shared-prefix path applies; the result is ``[B, L - P, H]``.
-    """
+    Several ranks whose decoders must make the same calls agree on it first
+    (:mod:`vt_train.lockstep`): the prefix path calls the decoder twice."""
     rows = input_ids.shape[0]
     checkpointed = decoder.training and getattr(decoder, "gradient_checkpointing", False)
     # HF returns no cache under checkpointing; length-dependent RoPE would rotate the
     # prefix (seen alone, shorter) with other frequencies than the whole row's
     usable = rows > 1 and not checkpointed and not _length_dependent_rope(decoder)
     prefix = shared_prefix_length(input_ids, attention_mask, first_needed) if usable else 0
-    if prefix >= MIN_PREFIX:
+    return prefix if prefix >= MIN_PREFIX else 0
+
+
+def decoder_hidden(
+    decoder: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *,
+    first_needed: int | None = None,
+    prefix: int | None = None,
+) -> tuple[torch.Tensor, int]:
+    """The decoder's last hidden states from position ``P`` on, and ``P``.
+
+    ``first_needed``: the first position whose hidden state the caller uses
+    (the prefix never covers it); ``P`` is then :func:`plan_prefix`'s choice.
+    ``prefix``: ``P`` decided by the caller instead (0 forces the plain path).
+    The result is ``[B, L - P, H]``.
+    """
+    if prefix is None:
+        if first_needed is None:
+            raise TypeError("decoder_hidden needs first_needed or prefix")
+        prefix = plan_prefix(decoder, input_ids, attention_mask, first_needed=first_needed)
+    if prefix > 0:
+        rows = input_ids.shape[0]
         head = decoder(input_ids=input_ids[:1, :prefix], use_cache=True)
         cache = head.past_key_values
         if cache is not None:

@@ -41,6 +41,7 @@ import os
 import random
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ import yaml
 
 import vt_envs
 from vt_envs.core.loop import run_sync
+from vt_envs.core.packaged_models import resolve_model
 from vt_envs.core.tokenizer import load_tokenizer
 from vt_envs.errors import InvalidConfigError
 from vt_train.algorithms import (
@@ -63,20 +65,24 @@ from vt_train.algorithms import (
     masked_mean,
     value_loss,
 )
+from vt_train.algorithms.shaping import shape_rewards, shaping_metrics
 from vt_train.batch import TrainBatch
 from vt_train.config import TrainConfig, config_to_dict, resolve_device
-from vt_train.ds_engine import DeepSpeedModel, FrozenDeepSpeedModel
-from vt_train.engines import assert_in_sync, make_engine
+from vt_train.ds_engine import DeepSpeedModel, FrozenDeepSpeedModel, zero3_construction
+from vt_train.engines import WeightSyncError, assert_moved_with_trainer, make_engine
 from vt_train.engines.base import SamplingParams
+from vt_train.engines.sync_check import compare_logprobs, raise_if_apart
 from vt_train.evaluation import EvalResult, domain_metrics, evaluate, summarize
+from vt_train.forwards import Forwards, Scorers
+from vt_train.lockstep import Lockstep
 from vt_train.logprobs import LogprobModel
 from vt_train.model import (
     CriticModel,
     TinyModelConfig,
     build_tiny_model,
     save_pretrained_with_tokenizer,
-    state_values,
 )
+from vt_train.placement import Placement, engine_tensor_parallel, plan_placement
 from vt_train.progress import progress_bar
 from vt_train.rollout import collect
 from vt_train.run_dir import MetricsLogger, write_transcripts
@@ -119,14 +125,17 @@ def _all_equal_share(played: Sequence[Trajectory], n: int) -> float:
     return sum(len({t.reward for t in group}) == 1 for group in groups) / max(len(groups), 1)
 
 
+def _dtype(config: TrainConfig) -> torch.dtype:
+    return torch.bfloat16 if config.deepspeed.bf16 else torch.float32
+
+
 def _load_policy(
     config: TrainConfig, tokenizer: Any, processor_dir: Path | None
 ) -> torch.nn.Module:
     path = config.init_from or config.model.path
     if path is not None:
         # Loaded in the training dtype: a 7B model in fp32 is 30 GB of host RAM per rank.
-        dtype = torch.bfloat16 if config.deepspeed.bf16 else torch.float32
-        return load_policy(path, dtype=dtype)
+        return load_policy(path, dtype=_dtype(config))
     text = TinyModelConfig(**{"seed": config.seed, **config.model.tiny})
     if config.model.vision is not None:
         assert processor_dir is not None
@@ -199,21 +208,16 @@ class Trainer:
         device = resolve_device(config.device)
         if device == "cpu":  # DeepSpeed picks CUDA whenever it can see it
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        # Decided before any model exists: only engine leaders build (and copy) an engine.
+        self.placement, self.players = _placement(config, device)
 
         self.processor_dir = _processor_dir(config, self.run_dir)
-        if self.processor_dir is not None and config.model.path is None and not config.init_from:
-            # The tiny VL model writes its processor (and so its tokenizer) first.
-            policy = _load_policy(config, None, self.processor_dir)
-        self.tokenizer = load_tokenizer(
-            config.model.tokenizer
-            or config.init_from
-            or config.model.path
-            or (str(self.processor_dir) if self.processor_dir is not None else None)
-        )
-        if not (
-            self.processor_dir is not None and config.model.path is None and not config.init_from
-        ):
-            policy = _load_policy(config, self.tokenizer, self.processor_dir)
+        path = config.init_from or config.model.path
+        # ZeRO-3 builds models loaded from a directory partitioned: no rank holds a whole one.
+        self.partitioned = config.deepspeed.zero_stage == 3 and config.deepspeed.zero_init
+        self.partitioned = self.partitioned and path is not None
+        with zero3_construction(config.deepspeed) if self.partitioned else nullcontext():
+            policy, reference, critic = self._build_models(config)
         self.vision = is_vision_language(policy)
         if self.vision and self.processor_dir is None:
             raise InvalidConfigError(
@@ -222,16 +226,12 @@ class Trainer:
                 "with preprocessor_config.json)"
             )
         self.image_inputs = ImageInputs(str(self.processor_dir)) if self.vision else None
-        if config.optim.gradient_checkpointing:
-            policy.gradient_checkpointing_enable()
-        # Every copy of the policy is made before DeepSpeed takes it: under
-        # ZeRO-3 its parameters are partitioned (empty placeholders) afterwards.
-        reference = copy.deepcopy(policy) if self.algo.kl_coef > 0 else None
-        critic = CriticModel.from_policy(policy) if self.algo.use_critic else None
-        engine_kwargs = self._engine_kwargs(policy, device)
-        chunk = config.optim.logprob_chunk_size
+        engine_kwargs = self._engine_kwargs(policy, device) if self.placement.leads else None
+        # Shared by every LogprobModel: on several ranks their forwards agree on the
+        # module calls they make (vt_train.lockstep); enabled once the world is known.
+        self.lockstep = Lockstep()
         self.actor = DeepSpeedModel(
-            LogprobModel(policy, chunk_size=chunk),
+            self._logprob_model(policy),
             config.deepspeed,
             lr=config.optim.lr,
             betas=config.optim.betas,
@@ -239,23 +239,34 @@ class Trainer:
             warmup_steps=config.optim.warmup_steps,
         )
         self.device = self.actor.device
-        # Data parallel under torchrun: each rank plays its share of the step's
-        # tasks, trajectories are all-gathered, and each rank trains on its
-        # rows of every minibatch (DeepSpeed all-reduces the gradients).
+        # Data parallel under torchrun: each engine leader plays its share of the
+        # step's tasks (vt_train.placement), trajectories are all-gathered, and each
+        # rank trains on its rows of every minibatch (DeepSpeed all-reduces gradients).
         self.rank, self.world = _dist_rank_world()
-        if config.rollout.tasks_per_step % self.world:
+        engines = len(self.players)
+        if config.rollout.tasks_per_step % engines:
             raise InvalidConfigError(
                 f"rollout.tasks_per_step ({config.rollout.tasks_per_step}) must be a multiple of "
-                f"the number of processes ({self.world}) so every rank plays as many tasks"
+                f"the number of rollout engines ({engines}: {self.world} ranks, one engine per "
+                "tensor-parallel group) so every engine plays as many tasks"
             )
         self.is_main = self.rank == 0
+        self.lockstep.enabled = self.world > 1
+        self.forwards = Forwards(
+            device=self.device,
+            lockstep=self.lockstep,
+            rank=self.rank,
+            world=self.world,
+            temperature=self.temperature,
+            pad_token_id=self.tokenizer.pad_token_id,
+            image_inputs=self.image_inputs,
+            vision_config=self.actor.module.lm.config if self.vision else None,
+        )
         if self.is_main:
             (self.run_dir / "config.yaml").write_text(
                 yaml.safe_dump(config_to_dict(config), sort_keys=False)
             )
-        self.reference = (
-            None if reference is None else self._frozen(LogprobModel(reference, chunk_size=chunk))
-        )
+        self.reference = None if reference is None else self._frozen(self._logprob_model(reference))
         self.critic = None
         if critic is not None:
             self.critic = DeepSpeedModel(
@@ -265,12 +276,19 @@ class Trainer:
                 weight_decay=config.optim.weight_decay,
                 warmup_steps=config.optim.warmup_steps,
             )
-        self.engine = make_engine(config.rollout.engine, **engine_kwargs)
+        # Ranks that lead no engine (the rest of a tensor-parallel group) play no tasks.
+        self.engine = (
+            make_engine(config.rollout.engine, **engine_kwargs)
+            if engine_kwargs is not None
+            else None
+        )
 
         env_kwargs = dict(config.env.kwargs)
         if self.vision:  # the envs expand images as this policy's processor does
             env_kwargs.setdefault("processor", str(self.processor_dir))
-        batch = config.rollout.tasks_per_step // self.world * config.rollout.n
+        batch = config.rollout.tasks_per_step // engines * config.rollout.n
+        if not self.placement.leads:
+            batch = 1  # never played: the env gives this rank its task list and stop strings
         where = {"backend": config.env.backend}
         if config.env.backend == "ray":
             where["ray_options"] = dict(config.env.ray)
@@ -326,6 +344,47 @@ class Trainer:
         # rollout metrics describe the policy, not the groups kept for training.
         self._played: tuple[list[Trajectory], list[Trajectory]] | None = None
 
+    def _build_models(
+        self, config: TrainConfig
+    ) -> tuple[torch.nn.Module, torch.nn.Module | None, CriticModel | None]:
+        """The policy, the KL reference (if ``kl_coef > 0``) and the critic (PPO); sets
+        ``self.tokenizer``. Partitioned (under :func:`zero3_construction`), each is loaded
+        from the model directory; otherwise the copies are made from the policy."""
+        tiny_vl = self.processor_dir is not None and config.model.path is None
+        tiny_vl = tiny_vl and not config.init_from
+        if tiny_vl:  # the tiny VL model writes its processor (and so its tokenizer) first
+            policy = _load_policy(config, None, self.processor_dir)
+        self.tokenizer = load_tokenizer(
+            config.model.tokenizer
+            or config.init_from
+            or config.model.path
+            or (str(self.processor_dir) if self.processor_dir is not None else None)
+        )
+        if not tiny_vl:
+            policy = _load_policy(config, self.tokenizer, self.processor_dir)
+        if config.optim.gradient_checkpointing:
+            policy.gradient_checkpointing_enable()
+        reference = critic = None
+        if self.partitioned:
+            if self.algo.kl_coef > 0:
+                reference = _load_policy(config, self.tokenizer, self.processor_dir)
+            if self.algo.use_critic:
+                path = resolve_model(config.init_from or config.model.path)
+                critic = CriticModel.from_pretrained(path, dtype=_dtype(config))
+            return policy, reference, critic
+        # Copies are made before DeepSpeed takes the policy: under ZeRO-3 its parameters
+        # are partitioned (empty placeholders) afterwards.
+        if self.algo.kl_coef > 0:
+            reference = copy.deepcopy(policy)
+        if self.algo.use_critic:
+            critic = CriticModel.from_policy(policy)
+        return policy, reference, critic
+
+    def _logprob_model(self, lm: torch.nn.Module) -> LogprobModel:
+        model = LogprobModel(lm, chunk_size=self.config.optim.logprob_chunk_size)
+        model.lockstep = self.lockstep
+        return model
+
     def _frozen(self, model: LogprobModel) -> Any:
         """A model that only runs forward (the reference): on the device, in the
         training dtype; under ZeRO-3 sharded by a DeepSpeed engine of its own."""
@@ -336,21 +395,37 @@ class Trainer:
         return model.to(device=self.device, dtype=torch.bfloat16 if ds.bf16 else torch.float32)
 
     def _engine_kwargs(self, policy: torch.nn.Module, device: str) -> dict[str, Any]:
+        """The keywords of this rank's engine (a leader's: vt_train.placement)."""
         kwargs = dict(self.config.rollout.engine_kwargs)
-        if self.config.rollout.engine == "hf":
-            kwargs.setdefault("model", copy.deepcopy(policy))
+        place = self.placement
+        cfg = self.config
+        path = cfg.init_from or cfg.model.path
+        if cfg.rollout.engine == "hf":
+            # a whole copy: from the directory when the policy was built partitioned
+            whole = _load_policy(cfg, self.tokenizer, None) if self.partitioned else None
+            kwargs.setdefault("model", whole if whole is not None else copy.deepcopy(policy))
             kwargs.setdefault("tokenizer", self.tokenizer)
             kwargs.setdefault("seed", self.config.seed)
-            kwargs.setdefault("device", device)
+            # on its rank's own GPU (cuda:LOCAL_RANK), not every engine on cuda:0
+            gpu = device.startswith("cuda") and place.train_device is not None
+            kwargs.setdefault("device", f"cuda:{place.train_device}" if gpu else device)
             if self.vision:
                 kwargs.setdefault("processor", str(self.processor_dir))
-        elif self.config.rollout.engine == "vllm":
-            path = self.run_dir / "weights" / "initial"
-            # The policy's own tokenizer files: vLLM detokenizes (stop strings) with them.
-            save_pretrained_with_tokenizer(policy, self.tokenizer, path)
-            if self.vision:  # vLLM builds its multimodal processor from the model directory
-                copy_processor_files(self.processor_dir, path)
-            kwargs.setdefault("model_path", str(path))
+        elif cfg.rollout.engine == "vllm":
+            if place.engine_devices:  # its tensor-parallel group's GPUs
+                kwargs.setdefault("devices", place.engine_devices)
+            if self.partitioned:  # no rank has the whole policy to save: vLLM reads it
+                kwargs.setdefault("model_path", str(path))
+                if cfg.model.tokenizer:
+                    kwargs.setdefault("tokenizer_path", cfg.model.tokenizer)
+            else:
+                # one directory per engine: several leaders may share a node's disk
+                saved = self.run_dir / "weights" / f"initial-engine{place.engine}"
+                # The policy's own tokenizer files: vLLM detokenizes (stop strings) with them.
+                save_pretrained_with_tokenizer(policy, self.tokenizer, saved)
+                if self.vision:  # vLLM builds its multimodal processor from the model dir
+                    copy_processor_files(self.processor_dir, saved)
+                kwargs.setdefault("model_path", str(saved))
             kwargs.setdefault("tokenizer", self.tokenizer)
             # the training dtype, whatever config.json says: the sync check compares the two
             kwargs.setdefault("dtype", "bfloat16" if self.config.deepspeed.bf16 else "float32")
@@ -419,23 +494,12 @@ class Trainer:
 
     # -------------------------------------------------------------- update
 
-    def _vision(self, images: Sequence[Any]) -> dict[str, torch.Tensor]:
-        """Pixel values and grids of ``images`` on the device (for one forward only)."""
-        if self.image_inputs is None or not images:
-            return {}
-        return self.image_inputs(images, self.device)
-
     def _logprobs(
         self, model: Any, mb: TrainBatch, *, entropy: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logprobs (and entropy) of ``mb``'s generated tokens under ``model``, ``[B, L]``."""
-        return model(
-            mb.input_ids,
-            mb.attention_mask,
-            positions=mb.loss_mask,
-            temperature=self.temperature,
-            entropy=entropy,
-            **self._vision(mb.row_images()),
+        return self.forwards.logprobs(
+            model, mb.input_ids, mb.attention_mask, mb.loss_mask, mb.row_images(), entropy=entropy
         )
 
     @property
@@ -448,14 +512,18 @@ class Trainer:
         cfg, algo = self.config, self.algo
         batch = batch.to(self.device)
         mask = batch.loss_mask
-        chunks = batch.split(cfg.optim.micro_batch_size, trim=False)
-        extras: dict[str, torch.Tensor] = {}
         self.actor.eval()
-        if cfg.rollout.logprobs == "recompute":
-            old = torch.cat([self._logprobs(self.actor, mb)[0] for mb in chunks])
-        else:
-            old = batch.rollout_logprobs
-        extras["old_logprobs"] = old * mask
+        if self.critic is not None:
+            self.critic.eval()
+        recompute = cfg.rollout.logprobs == "recompute"
+        # Each rank scores its share of the rows; the results are all-gathered.
+        scored = self.forwards.score_rows(
+            batch,
+            Scorers(self.actor if recompute else None, self.reference, self.critic),
+            cfg.optim.micro_batch_size,
+        )
+        old = scored["old_logprobs"] if recompute else batch.rollout_logprobs
+        extras: dict[str, torch.Tensor] = {"old_logprobs": old * mask}
         gap = (old - batch.rollout_logprobs) * mask
         metrics = {
             "rollout/logprob_abs_diff": float(masked_mean(gap.abs(), mask)),
@@ -467,24 +535,11 @@ class Trainer:
             extras["is_weights"] = is_weights
         token_rewards = None
         if self.reference is not None:
-            ref = torch.cat([self._logprobs(self.reference, mb)[0] for mb in chunks])
-            extras["ref_logprobs"] = ref
+            extras["ref_logprobs"] = ref = scored["ref_logprobs"]
             if algo.kl_in_reward:
                 token_rewards = kl_token_rewards(old, ref, mask, algo)
-        values = None
-        if self.critic is not None:
-            self.critic.eval()
-            values = torch.cat(
-                [
-                    state_values(
-                        self.critic,
-                        mb.input_ids,
-                        mb.attention_mask,
-                        **self._vision(mb.row_images()),
-                    )
-                    for mb in chunks
-                ]
-            )
+        values = scored.get("old_values")
+        if values is not None:
             extras["old_values"] = values
         advantages, returns = ADVANTAGES.get(algo.advantage)(
             batch.rewards, mask, batch.group_ids, algo, values=values, token_rewards=token_rewards
@@ -494,9 +549,10 @@ class Trainer:
         return batch.with_extras(**extras), metrics
 
     def _gather(self, local: list[Trajectory], tasks_per_step: int) -> list[Trajectory]:
-        """All ranks' trajectories in global task-major order, group id = global task index.
+        """All engines' trajectories in global task-major order, group id = global task index.
 
-        Rank ``r`` played tasks ``r, r + world, ...`` of the round, ``n`` samples each.
+        Engine ``e`` (led by rank ``players[e]``) played tasks ``e, e + engines, ...`` of
+        the round, ``n`` samples each; the other ranks played none.
         """
         n = self.config.rollout.n
         shares = [local]
@@ -505,36 +561,28 @@ class Trainer:
 
             shares = [None] * self.world
             dist.all_gather_object(shares, local)
+        engines = len(self.players)
         trajectories = []
         for task in range(tasks_per_step):
-            rank, k = task % self.world, task // self.world
+            rank, k = self.players[task % engines], task // engines
             for trajectory in shares[rank][k * n : (k + 1) * n]:
                 trajectory.group_id = task
                 trajectories.append(trajectory)
         return trajectories
 
     def _dummy_backward(self, boundary: bool) -> None:
-        """A zero-gradient backward, so a rank with no rows joins the all-reduce (a
-        vision-language policy's runs its vision tower too, on one small image, so every
-        rank's parameters take part in the same reductions)."""
-        ids, vision = self._dummy_inputs()
+        """A zero-gradient pass, so a rank with no rows left makes the same module calls
+        and joins the same reductions as the others (:meth:`Forwards.dummy_rows`)."""
+        ids, positions, images = self.forwards.dummy_rows()
         ones = torch.ones_like(ids)
-        logprobs, _ = self.actor(ids, ones, positions=ones, **vision)
+        want_entropy = self.algo.entropy_coef > 0 or self.config.optim.log_entropy
+        logprobs, _ = self.forwards.logprobs(
+            self.actor, ids, ones, positions, images, entropy=want_entropy
+        )
         self.actor.backward(logprobs.sum() * 0.0, boundary=boundary)
         if self.critic is not None:
-            values = self.critic(ids, ones, **vision).float()
+            values = self.forwards.values(self.critic, ids, ones, images)
             self.critic.backward(values.sum() * 0.0, boundary=boundary)
-
-    def _dummy_inputs(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        pad = self.tokenizer.pad_token_id
-        if not self.vision:
-            return torch.full((1, 2), pad, device=self.device), {}
-        config = self.actor.module.lm.config
-        vision = self._vision([np.zeros((56, 56, 3), dtype=np.uint8)])
-        pads = int(vision["image_grid_thw"].prod()) // config.vision_config.spatial_merge_size**2
-        ids = [pad, config.vision_start_token_id, *[config.image_token_id] * pads]
-        ids.append(config.vision_end_token_id)
-        return torch.tensor([ids], device=self.device), vision
 
     def _micro_step(
         self, mb: TrainBatch, norm: Mapping[str, float], *, boundary: bool
@@ -573,8 +621,8 @@ class Trainer:
         # the global counts, so scale by the world size to get their sum.
         self.actor.backward(loss * self.world, boundary=boundary)
         if self.critic is not None:
-            values = state_values(
-                self.critic, mb.input_ids, mb.attention_mask, **self._vision(mb.row_images())
+            values = self.forwards.values(
+                self.critic, mb.input_ids, mb.attention_mask, mb.row_images()
             )
             v_mat, v_metrics = value_loss(
                 values, mb.extras["old_values"], mb.extras["returns"], mask, algo
@@ -643,54 +691,111 @@ class Trainer:
         for i, seq in enumerate(sequences):
             ids = torch.tensor([list(seq)], device=self.device)
             ones = torch.ones_like(ids)
-            vision = self._vision(images[i] if images is not None else ())
-            logprobs, _ = self.actor(ids, ones, positions=ones, temperature=temperature, **vision)
+            pictures = images[i] if images is not None else ()
+            logprobs, _ = self.forwards.logprobs(
+                self.actor, ids, ones, ones, pictures, temperature=temperature
+            )
             out.append(logprobs[0, 1:].float().tolist())
         return out
 
-    def _sync_weights(
-        self, probe: Sequence[Sequence[int]], probe_images: Sequence[Sequence[Any]] | None = None
-    ) -> dict[str, float]:
-        """Push the actor's weights into the rollout engine, then compare logprobs."""
-        state = self.actor.full_state_dict()
-        self.engine.load_weights(state)
+    def _probe_logprobs(
+        self, probe: Sequence[Sequence[int]], probe_images: Sequence[Sequence[Any]] | None
+    ) -> tuple[list[list[float]], list[list[float]] | None] | None:
+        """``(trainer, engine)`` logprobs of the probe at T=1 (the check is about the
+        weights, and vLLM scores only at T=1); ``engine`` is None on a rank without an
+        engine; ``None`` when the sync check is off. Every rank runs the trainer's side
+        (its forwards are collectives under ZeRO-3)."""
         if not self.config.rollout.sync_check or not probe:
+            return None
+        trainer = self._reference_logprobs(probe, 1.0, probe_images)
+        engine = None
+        if self.engine is not None:
+            if probe_images is None:
+                engine = self.engine.score(probe, 1.0)
+            else:
+                engine = self.engine.score(probe, 1.0, images=probe_images)
+        return trainer, engine
+
+    def _sync_weights(
+        self,
+        probe: Sequence[Sequence[int]],
+        probe_images: Sequence[Sequence[Any]] | None,
+        before: tuple[list[list[float]], list[list[float]] | None] | None,
+    ) -> dict[str, float]:
+        """Stream the actor's weights into the rollout engine (no copy of the whole model
+        on either side: :meth:`DeepSpeedModel.named_weights`, ``update_weights``), then
+        check that the engine serves them: its logprobs on the probe agree with the
+        trainer's, and moved with the trainer's over the update (``before``: the probe's
+        logprobs before it), which also catches a skipped sync in bf16."""
+        dtype = torch.bfloat16 if self.config.deepspeed.bf16 else torch.float32
+        weights = self.actor.named_weights(dtype)
+        if self.engine is not None:
+            self.engine.update_weights(weights)
+        else:
+            for _ in weights:  # the gathers behind the stream are collectives: walk it
+                pass
+        if before is None:
             return {}
+        after = self._probe_logprobs(probe, probe_images)
+        report: tuple[dict[str, float], str | None] = ({}, None)
+        if self.engine is not None:
+            report = self._check_sync(probe, before, after)
+        reports = _all_gather(report, self.world)
+        errors = [error for _, error in reports if error]
+        if errors:  # raised on every rank, so none waits for the others at a collective
+            raise WeightSyncError(errors[0])
+        return reports[self.players[0]][0]
+
+    def _check_sync(
+        self,
+        probe: Sequence[Sequence[int]],
+        before: tuple[list[list[float]], list[list[float]]],
+        after: tuple[list[list[float]], list[list[float]]],
+    ) -> tuple[dict[str, float], str | None]:
+        """This engine's sync metrics and, if the check failed, why."""
         mean_tol, max_tol = sync_tolerances(self.config)
-        # At temperature 1: the check is about the weights, and vLLM scores only at T=1.
-        result = assert_in_sync(
-            self.engine,
-            self._reference_logprobs,
-            probe,
-            1.0,
-            tol=max_tol,
-            mean_tol=mean_tol,
-            probe_images=probe_images,
-        )
-        return {
-            "sync/max_abs_logprob_diff": result["max_abs_diff"],
-            "sync/mean_abs_logprob_diff": result["mean_abs_diff"],
-        }
+        (trainer_before, engine_before), (trainer_after, engine_after) = before, after
+        metrics: dict[str, float] = {}
+        try:
+            agreement = compare_logprobs(engine_after, trainer_after, probe)
+            metrics["sync/max_abs_logprob_diff"] = agreement["max_abs_diff"]
+            metrics["sync/mean_abs_logprob_diff"] = agreement["mean_abs_diff"]
+            raise_if_apart(agreement, self.engine, tol=max_tol, mean_tol=mean_tol)
+            moved = assert_moved_with_trainer(
+                engine_before, engine_after, trainer_before, trainer_after,
+                min_shift=self.config.rollout.sync_min_shift,
+            )  # fmt: skip
+            metrics.update({f"sync/{k}": v for k, v in moved.items()})
+        except WeightSyncError as error:
+            return metrics, str(error)
+        return metrics, None
 
     # ---------------------------------------------------------------- loop
 
     def _play(self, tasks: Sequence[str], round_: int) -> list[Trajectory]:
+        """Play engine ``e``'s tasks ``e, e + engines, ...`` (if this rank leads engine
+        ``e``), then gather every engine's trajectories."""
         cfg = self.config
-        local = run_sync(
-            collect(
-                self.engine,
-                self.train_env,
-                list(tasks[self.rank :: self.world]),
-                n_samples=cfg.rollout.n,
-                sampling=self._sampling(),
-                seed=cfg.seed * 100_003 + self.step_index * 1_009 + self.rank + round_ * 7_919,
-                mode=cfg.rollout.mode,
-                max_context=cfg.rollout.max_context,
-            ),
-            method="Trainer.rollout",
-            async_method="vt_train.rollout.collect",
-        )
-        return self._gather(local, len(tasks))
+        local: list[Trajectory] = []
+        engine = self.placement.engine
+        if engine is not None:
+            local = run_sync(
+                collect(
+                    self.engine,
+                    self.train_env,
+                    list(tasks[engine :: len(self.players)]),
+                    n_samples=cfg.rollout.n,
+                    sampling=self._sampling(),
+                    seed=cfg.seed * 100_003 + self.step_index * 1_009 + engine + round_ * 7_919,
+                    mode=cfg.rollout.mode,
+                    max_context=cfg.rollout.max_context,
+                ),
+                method="Trainer.rollout",
+                async_method="vt_train.rollout.collect",
+            )
+        trajectories = self._gather(local, len(tasks))
+        self._shape(trajectories)
+        return trajectories
 
     def rollout(self) -> list[Trajectory]:
         """Play this step's tasks (this rank's share) and gather every rank's trajectories.
@@ -732,16 +837,16 @@ class Trainer:
         self._played = (result, played)
         return result
 
-    def _shape_truncated(self, trajectories: list[Trajectory]) -> dict[str, float]:
-        """Apply ``rollout.truncated`` to truncated episodes; returns its metrics."""
-        mode = self.config.rollout.truncated
-        truncated = [t for t in trajectories if t.truncated]
-        for t in truncated:
-            if mode == "mask":
-                t.loss_mask = [0] * len(t.loss_mask)
-            elif mode == "penalty":
-                t.reward -= self.config.rollout.truncation_penalty
-        return {"rollout/truncated_share": len(truncated) / max(len(trajectories), 1)}
+    def _shape(self, trajectories: Sequence[Trajectory]) -> None:
+        """Truncation rule and overlong punishment (vt_train.algorithms.shaping), once per
+        trajectory: as it is played, so dynamic sampling filters on shaped rewards."""
+        r = self.config.rollout
+        shape_rewards(
+            trajectories,
+            truncated=r.truncated,
+            truncation_penalty=r.truncation_penalty,
+            algo=self.algo,
+        )
 
     def learn(self, trajectories: list[Trajectory]) -> dict[str, float]:
         """Update the policy (and critic) on ``trajectories``; push the new weights."""
@@ -755,7 +860,8 @@ class Trainer:
             metrics.update(domain_metrics(played, "rollout/"))
         if self.sampling_rounds:
             metrics["rollout/sampling_rounds"] = float(self.sampling_rounds)
-        metrics.update(self._shape_truncated(trajectories))
+        self._shape(trajectories)  # a no-op on what rollout() shaped already
+        metrics.update(shaping_metrics(played))
         batch = TrainBatch.from_trajectories(trajectories, pad_token_id=self.tokenizer.pad_token_id)
         keep = group_filter_mask(batch.rewards, batch.group_ids)
         if played is not trajectories:
@@ -769,20 +875,27 @@ class Trainer:
                 batch.select(torch.nonzero(keep).flatten(), normalize=True) if keep.any() else None
             )
         if batch is not None and len(batch) and batch.num_tokens:
+            probe, probe_images = self._probes(trajectories)
+            before = self._probe_logprobs(probe, probe_images)  # for the sync check
             batch, prep_metrics = self._prepare(batch)
             metrics.update({**prep_metrics, **self._update(batch)})
-            span = None
-            if self.vision:
-                lm_config = self.actor.module.lm.config
-                span = (lm_config.vision_start_token_id, lm_config.vision_end_token_id)
-            # One token short of the context: vLLM scores a sequence as a prompt that
-            # must leave room for one generated token (prompt + 1 <= max_model_len).
-            limit = cfg.rollout.max_context - 1
-            probes = [_probe(t, limit, span) for t in trajectories[:2]]
-            probe = [ids for ids, _ in probes]
-            probe_images = [images for _, images in probes] if self.vision else None
-            metrics.update(self._sync_weights(probe, probe_images))
+            metrics.update(self._sync_weights(probe, probe_images, before))
         return metrics
+
+    def _probes(
+        self, trajectories: Sequence[Trajectory]
+    ) -> tuple[list[list[int]], list[list[Any]] | None]:
+        """The sync check's probe sequences (the first two trajectories) and their images."""
+        span = None
+        if self.vision:
+            lm_config = self.actor.module.lm.config
+            span = (lm_config.vision_start_token_id, lm_config.vision_end_token_id)
+        # One token short of the context: vLLM scores a sequence as a prompt that
+        # must leave room for one generated token (prompt + 1 <= max_model_len).
+        limit = self.config.rollout.max_context - 1
+        probes = [_probe(t, limit, span) for t in trajectories[:2]]
+        images = [pictures for _, pictures in probes] if self.vision else None
+        return [ids for ids, _ in probes], images
 
     def step(self) -> dict[str, float]:
         """One RL step (:meth:`rollout` then :meth:`learn`); returns its metrics (also logged).
@@ -873,12 +986,19 @@ class Trainer:
         np.random.set_state(state["rng_numpy"])
         torch.set_rng_state(state["rng_torch"])
         self.metrics.truncate_after(self.step_index)
-        self.engine.load_weights(self.actor.full_state_dict())
+        dtype = torch.bfloat16 if self.config.deepspeed.bf16 else torch.float32
+        weights = self.actor.named_weights(dtype)  # collectives under ZeRO-3: every rank
+        if self.engine is not None:
+            self.engine.update_weights(weights)
+        else:
+            for _ in weights:
+                pass
 
     def close(self) -> None:
         self.train_env.close()
         self.eval_env.close()
-        run_sync(self.engine.aclose(), method="Trainer.close", async_method="engine.aclose")
+        if self.engine is not None:
+            run_sync(self.engine.aclose(), method="Trainer.close", async_method="engine.aclose")
 
 
 def _probe(
@@ -939,6 +1059,35 @@ def _all_reduce_sums(sums: dict[str, float], world: int, device: torch.device) -
     values = torch.tensor([sums.get(k, 0.0) for k in union], dtype=torch.float64, device=device)
     dist.all_reduce(values)
     return dict(zip(union, values.cpu().tolist()))
+
+
+def _all_gather(value: Any, world: int) -> list[Any]:
+    """Every rank's ``value``, by rank (``[value]`` in a single process)."""
+    if world == 1:
+        return [value]
+    import torch.distributed as dist
+
+    values: list[Any] = [None] * world
+    dist.all_gather_object(values, value)
+    return values
+
+
+def _placement(config: TrainConfig, device: str) -> tuple[Placement, list[int]]:
+    """This rank's :class:`Placement` and the ranks that lead an engine (engine order),
+    from the launch's variables (torchrun's, or a single process's defaults)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    gpus = torch.cuda.device_count() if device.startswith("cuda") else 0
+    plan = plan_placement(
+        world=world,
+        local_world=local_world,
+        gpus_per_node=gpus,
+        tensor_parallel=engine_tensor_parallel(
+            config.rollout.engine, config.rollout.engine_kwargs if gpus else {}
+        ),
+    )
+    return plan[rank], [p.rank for p in plan if p.leads]
 
 
 def _dist_rank_world() -> tuple[int, int]:

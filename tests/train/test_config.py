@@ -84,6 +84,16 @@ def test_dr_grpo_gets_its_constant_normalizer_from_the_trajectory_budget():
         ),
         (["algorithm={clip_hi: 0.3}"], UnknownKwargError, "Did you mean 'clip_high'?"),
         (["rollout.n"], InvalidConfigError, "must look like key=value"),
+        (
+            ["deepspeed={zero_stage: 2, offload_optimizer: true}"],
+            InvalidConfigError,
+            "offload_optimizer=true with torch_adam=true",
+        ),
+        (
+            ["deepspeed={zero_stage: 0, offload_optimizer: true, torch_adam: false}"],
+            InvalidConfigError,
+            "offload_optimizer=true needs ZeRO",
+        ),
     ],
 )
 def test_config_errors_are_pinned(overrides, error, message):
@@ -94,3 +104,18 @@ def test_config_errors_are_pinned(overrides, error, message):
 
 def test_defaults_construct():
     assert TrainConfig().algorithm_config().advantage == "grpo"
+
+
+@pytest.mark.slow
+def test_deepspeed_refuses_what_offload_validation_rejects(tmp_path):
+    """The rule is DeepSpeed's own: it refuses a torch optimizer with offloaded states at
+    start-up, after the models are loaded; the config check says so when the recipe is
+    read (and in ``vt-train check``)."""
+    import torch
+
+    from vt_train.ds_engine import DeepSpeedConfig, DeepSpeedModel
+
+    config = DeepSpeedConfig(zero_stage=2)
+    config.offload_optimizer = True  # past validation, as an older VT accepted it
+    with pytest.raises(Exception, match=r"(?i)offload"):
+        DeepSpeedModel(torch.nn.Linear(4, 4), config, lr=1e-3)

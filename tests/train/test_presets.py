@@ -31,6 +31,8 @@ EXPECTED = {
         clip_high=0.28,
         filter_groups=True,
         kl_coef=0.0,
+        overlong_shaping=True,
+        overlong_buffer=102,  # a fifth of overlong_max_tokens=512
     ),
     "rloo": dict(advantage="rloo", loss_agg="token-mean", use_critic=False),
     "reinforce_pp": dict(
@@ -58,7 +60,7 @@ def test_the_six_presets_exist() -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_preset_fields(name: str) -> None:
-    cfg = AlgorithmConfig.from_preset(name, loss_norm_tokens=512)
+    cfg = AlgorithmConfig.from_preset(name, loss_norm_tokens=512, overlong_max_tokens=512)
     for field, value in EXPECTED[name].items():
         assert getattr(cfg, field) == value, field
     assert cfg.policy_loss == "ppo_clip"

@@ -17,6 +17,7 @@ from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.domains.lookup import make_lookup_env
 from vt_envs.errors import InvalidConfigError
 from vt_train.algorithms import AlgorithmConfig
+from vt_train.algorithms.shaping import overlong_penalty, shaping_metrics
 from vt_train.config import load_config
 from vt_train.engines import ScriptedEngine, WeightSyncError
 from vt_train.rollout import collect
@@ -77,8 +78,9 @@ def _truncated_pair():
 def test_truncated_samples_are_kept_masked_or_penalized(tmp_path, mode, rewards, masks):
     trainer = make_trainer(tmp_path, f"rollout.truncated={mode}", "rollout.truncation_penalty=0.75")
     pair = _truncated_pair()
-    metrics = trainer._shape_truncated(pair)
-    assert metrics["rollout/truncated_share"] == 0.5
+    trainer._shape(pair)
+    trainer._shape(pair)  # once per trajectory
+    assert shaping_metrics(pair)["rollout/truncated_share"] == 0.5
     assert [t.reward for t in pair] == rewards and [t.loss_mask for t in pair] == masks
     trainer.close()
 
@@ -113,6 +115,51 @@ def test_dapo_plays_more_rounds_until_the_step_is_full(tmp_path):
     assert metrics["rollout/trained_share"] == 0.5
     assert metrics["rollout/accuracy"] == 0.25  # round 2's groups are half right
     trainer.close()
+
+
+class RightButSomeLonger(ScriptedLookupPolicy):
+    """Always looks the key up and answers right; every other lookup is longer."""
+
+    def __call__(self, prompt):
+        text = self.tok.decode(prompt)
+        if text.rsplit("<|im_start|>", 2)[-2].startswith("tool\n"):
+            return super().__call__(prompt)
+        self.calls += 1
+        key = text.rsplit("key ", 1)[1].split("?")[0]
+        return self.tok.encode(f"{' ok' * 4 if self.calls % 2 else ''}<lookup>{key}</lookup>")
+
+
+def test_the_overlong_punishment_is_dapos_ramp():
+    ramp = dict(max_tokens=100, buffer=20, factor=1.0)
+    assert [overlong_penalty(n, **ramp) for n in (10, 80, 90, 100, 150)] == [0, 0, -0.5, -1, -1]
+    assert overlong_penalty(90, max_tokens=100, buffer=20, factor=0.5) == -0.25
+    dapo = load_config(None, ["algo=dapo", "rollout.max_context=2048"]).algorithm_config()
+    assert (dapo.overlong_shaping, dapo.overlong_max_tokens, dapo.overlong_buffer) == (
+        True, 2048, 409,
+    )  # fmt: skip
+    with pytest.raises(InvalidConfigError, match="overlong_max_tokens"):
+        AlgorithmConfig.from_preset("dapo")
+
+
+def test_dynamic_sampling_filters_on_rewards_after_the_overlong_punishment(tmp_path):
+    """Every answer is right, half of them 18 generated tokens long instead of 10. With
+    the punishment (20 tokens, a 10-token ramp) the long ones score 0.2, so every group
+    differs and trains; filtered before shaping, every group would look all-equal."""
+    responder = RightButSomeLonger()
+    shaping = "algorithm={overlong_max_tokens: 20, overlong_buffer: 10}"
+    shaped = make_trainer(tmp_path / "a", "algo=dapo", shaping, responder=responder)
+    metrics = shaped.step()
+    assert metrics["rollout/trained_share"] == 1.0 and "policy/pg_loss" in metrics
+    assert metrics["rollout/overlong_share"] == 0.5
+    assert metrics["rollout/overlong_penalty_mean"] == pytest.approx(-0.4)
+    shaped.close()
+    plain = make_trainer(
+        tmp_path / "b", "algo=dapo", "algorithm={overlong_shaping: false}",
+        responder=RightButSomeLonger(),
+    )  # fmt: skip
+    metrics = plain.step()
+    assert metrics["rollout/trained_share"] == 0.0 and "policy/pg_loss" not in metrics
+    plain.close()
 
 
 # -- importance correction -----------------------------------------------------------
@@ -156,6 +203,18 @@ def test_importance_weights_scale_the_loss(tmp_path):
 # -- memory options ------------------------------------------------------------------
 
 
+def _record_gradients(trainer) -> list[list[torch.Tensor]]:
+    """Each optimizer step's gradients (ZeRO-0 keeps them on the parameters)."""
+    steps, step = [], trainer.actor.step
+
+    def recording(update):
+        steps.append([p.grad.clone() for p in trainer.actor.module.parameters()])
+        return step(update)
+
+    trainer.actor.step = recording
+    return steps
+
+
 @pytest.mark.parametrize(
     "option", ["optim.gradient_checkpointing=true", "optim.logprob_chunk_size=3"]
 )
@@ -169,10 +228,14 @@ def test_memory_options_leave_the_update_unchanged(tmp_path, option, monkeypatch
     layer = saving.actor.module.lm.model.layers[0]
     forwards = []
     layer.register_forward_pre_hook(lambda *_: forwards.append(1))
+    grads_a, grads_b = _record_gradients(plain), _record_gradients(saving)
     a, b = plain.learn(copy.deepcopy(played)), saving.learn(played)
     assert b["policy/grad_norm"] == pytest.approx(a["policy/grad_norm"], rel=1e-4)
-    for p, q in zip(plain.actor.module.parameters(), saving.actor.module.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6)
+    # The first step's gradients, where both start from the same weights. (Weights after
+    # Adam are no measure: it scales a near-zero component's float noise, which summing
+    # chunks in another order makes, into a step of up to lr.)
+    for g, h in zip(grads_a[0], grads_b[0], strict=True):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-7)
     # old logprobs: 4 micro-batches; each update: 2 + 2 micro-batches, and checkpointing
     # runs every layer again in the backward
     assert len(forwards) == (4 + 8 if "checkpointing" in option else 4 + 4)
@@ -253,15 +316,36 @@ def test_sync_tolerances_follow_the_dtype():
     assert sync_tolerances(load_config(None, ["rollout.sync_mean_tol=0.3"]))[0] == 0.3
 
 
+def _synced_hf_engine(trainer):
+    from vt_train.engines import make_engine
+
+    return make_engine("hf", model=copy.deepcopy(trainer.actor.module.lm), tokenizer=TOK)
+
+
 def test_a_stale_engine_fails_the_sync_check_with_the_numbers(tmp_path):
     trainer = make_trainer(tmp_path, "rollout.engine=hf", "rollout.sync_check=true")
     played = trainer.rollout()
-    from vt_train.engines import make_engine
-
-    trainer.engine = make_engine("hf", model=copy.deepcopy(trainer.actor.module.lm), tokenizer=TOK)
-    trainer.engine.load_weights = lambda state: None  # a sync that silently does nothing
+    trainer.engine = _synced_hf_engine(trainer)
+    trainer.engine.update_weights = lambda weights: None  # a sync that silently does nothing
     with pytest.raises(WeightSyncError, match=r"mean \|diff\| .* > 0.001"):
         trainer.learn(played)
+    trainer.close()
+
+
+def test_a_skipped_sync_is_caught_in_bf16_where_the_tolerance_cannot_see_it(tmp_path):
+    trainer = make_trainer(
+        tmp_path, "rollout.engine=hf", "rollout.sync_check=true", "deepspeed.bf16=true"
+    )
+    played = trainer.rollout()
+    trainer.engine = _synced_hf_engine(trainer)
+    synced = trainer.learn(played)  # a real sync: the engine moved with the trainer
+    assert synced["sync/checked"] == 1.0
+    assert synced["sync/error"] < 0.5 * synced["sync/shift"]
+    trainer.engine.update_weights = lambda weights: None  # the next sync is skipped
+    with pytest.raises(WeightSyncError, match="did not take the update") as err:
+        trainer.learn(played)
+    # the engine is stale, yet within bf16's agreement tolerance: only the shift check saw it
+    assert "mean |diff|" not in str(err.value)
     trainer.close()
 
 

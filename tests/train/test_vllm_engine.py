@@ -169,3 +169,39 @@ def test_weight_reload_changes_outputs_and_passes_the_sync_check(engine, model):
     assert_in_sync(engine, reference_logprobs(trained), PROMPTS, 1.0, tol=1e-3)
     with pytest.raises(WeightSyncError):
         assert_in_sync(engine, reference_logprobs(model), PROMPTS, 1.0, tol=1e-3)
+
+
+def _weight_files(root: str) -> set[str]:
+    found = set()
+    for folder, _, files in os.walk(root):
+        found |= {os.path.join(folder, f) for f in files if f.endswith(WEIGHT_SUFFIXES)}
+    return found
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def test_a_streamed_sync_loads_every_bucket_and_writes_nothing(engine, monkeypatch):
+    """update_weights: the trainer's stream goes to vLLM's workers in buckets, through
+    memory only (no weight file anywhere, no serializer to disk called)."""
+    import tempfile
+
+    import safetensors.torch
+
+    trained = tiny_qwen2(2)
+    writes = []
+    monkeypatch.setattr(safetensors.torch, "save_file", lambda *a, **k: writes.append(a))
+    monkeypatch.setattr(torch, "save", lambda *a, **k: writes.append(a))
+    monkeypatch.setattr(engine, "_bucket_bytes", 64 << 10)  # several buckets
+    sent = []
+    real_send = engine._send
+    monkeypatch.setattr(
+        engine, "_send", lambda bucket: sent.append(len(bucket)) or real_send(bucket)
+    )
+    files_before = _weight_files(tempfile.gettempdir())
+    version = engine.weights_version
+    engine.update_weights((k, v.clone()) for k, v in trained.state_dict().items())
+    assert engine.weights_version == version + 1
+    assert len(sent) > 1 and sum(sent) == len(trained.state_dict())
+    assert not writes and _weight_files(tempfile.gettempdir()) == files_before
+    assert_in_sync(engine, reference_logprobs(trained), PROMPTS, 1.0, tol=1e-3)

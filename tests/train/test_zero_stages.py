@@ -82,3 +82,39 @@ def test_logged_metrics_do_not_depend_on_the_micro_batch_count(tmp_path, traject
     four, _ = _learn(tmp_path / "four", trajectories, "algo=ppo", "optim.micro_batch_size=2")
     for key in LOGGED:
         assert four[key] == pytest.approx(one[key], rel=1e-4, abs=1e-7), key
+
+
+def test_zero3_builds_models_loaded_from_a_directory_partitioned(tmp_path, trajectories):
+    """Under ZeRO-3 the policy, the KL reference and the critic trunk loaded from
+    ``model.path`` are built partitioned (no rank ever holds a whole one), and the update
+    equals ZeRO-0's on the same weights."""
+    from train_helpers import saved_tiny_model
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    from vt_train import trainer as trainer_module
+
+    model = saved_tiny_model(tmp_path / "model")
+    built = []
+    real_load = trainer_module.load_policy
+
+    def recording_load(path, **kwargs):
+        lm = real_load(path, **kwargs)
+        built.append(
+            (is_deepspeed_zero3_enabled(), all(hasattr(p, "ds_id") for p in lm.parameters()))
+        )
+        return lm
+
+    trainer_module.load_policy = recording_load
+    try:
+        common = ["algo=ppo", "algorithm={kl_coef: 0.01}", f"model.path={model}"]
+        base_metrics, base = _learn(tmp_path / "z0", trajectories, *common)
+        assert built == [(False, False)]  # the policy (its copies are deep copies)
+        built.clear()
+        metrics, state = _learn(tmp_path / "z3", trajectories, *common, "deepspeed.zero_stage=3")
+        # policy and reference partitioned; then the HF engine's whole copy, after the block
+        assert built == [(True, True), (True, True), (False, False)]
+    finally:
+        trainer_module.load_policy = real_load
+    assert metrics["policy/grad_norm"] == pytest.approx(base_metrics["policy/grad_norm"], rel=1e-4)
+    for name, value in base.items():
+        torch.testing.assert_close(state[name], value, rtol=0, atol=1e-5, msg=name)

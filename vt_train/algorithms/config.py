@@ -68,6 +68,16 @@ class AlgorithmConfig:
             cap)``) or ``"sequence"`` (the trajectory's product of ratios,
             capped, on all its tokens). The gap is logged either way.
         rollout_is_cap: the cap of those weights.
+        overlong_shaping: DAPO's soft overlong punishment
+            (:mod:`vt_train.algorithms.shaping`): a trajectory whose generated
+            tokens run into the last ``overlong_buffer`` of
+            ``overlong_max_tokens`` loses reward linearly, up to
+            ``overlong_penalty`` (and all of it past the maximum).
+        overlong_max_tokens: ``L_max``, generated tokens per trajectory (the
+            trainer fills in ``rollout.max_context`` when unset).
+        overlong_buffer: ``L_cache``, the ramp's length (unset: a fifth of
+            ``overlong_max_tokens``, DAPO's 4,096 of 20,480).
+        overlong_penalty: the largest penalty.
     """
 
     advantage: str = "grpo"
@@ -92,8 +102,14 @@ class AlgorithmConfig:
     adv_eps: float = 1e-6
     rollout_is: str | None = None
     rollout_is_cap: float = 2.0
+    overlong_shaping: bool = False
+    overlong_max_tokens: int | None = None
+    overlong_buffer: int | None = None
+    overlong_penalty: float = 1.0
 
     def __post_init__(self) -> None:
+        if self.overlong_shaping and self.overlong_buffer is None and self.overlong_max_tokens:
+            self.overlong_buffer = max(1, self.overlong_max_tokens // 5)  # DAPO's proportion
         self.validate()
 
     @classmethod
@@ -166,6 +182,16 @@ class AlgorithmConfig:
              "use None (off), 'token' or 'sequence'"),
             (self.rollout_is_cap >= 1, "rollout_is_cap",
              "the weights are capped above at a value >= 1", "use e.g. 2.0"),
+            (not self.overlong_shaping
+             or (isinstance(self.overlong_max_tokens, int) and self.overlong_max_tokens > 0),
+             "overlong_max_tokens", "the overlong punishment measures length against it",
+             "set it to the generated-token budget of a trajectory, e.g. 4096"),
+            (not self.overlong_shaping or self.overlong_buffer is None
+             or 0 < self.overlong_buffer <= (self.overlong_max_tokens or 0),
+             "overlong_buffer", "the penalty ramps over the last overlong_buffer tokens "
+             "before overlong_max_tokens", "use e.g. a fifth of overlong_max_tokens"),
+            (self.overlong_penalty >= 0, "overlong_penalty",
+             "a negative penalty would reward overlong answers", "use e.g. 1.0"),
         ]  # fmt: skip
         for holds, name, reason, fix in checks:
             if not holds:

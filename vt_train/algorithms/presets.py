@@ -58,8 +58,10 @@ _preset(
     kl_in_reward=False,
 )
 
-# DAPO: clip-higher (0.2 / 0.28), token-level loss, and dynamic sampling that
-# drops groups whose rewards are all equal. No KL term.
+# DAPO: clip-higher (0.2 / 0.28), token-level loss, dynamic sampling that
+# drops groups whose rewards are all equal, and the soft overlong punishment
+# (the last fifth of the generated-token budget ramps the reward down by up to
+# 1, applied before the groups are filtered). No KL term.
 _preset(
     "dapo",
     advantage="grpo",
@@ -69,6 +71,7 @@ _preset(
     clip_high=0.28,
     norm_adv_by_std=True,
     filter_groups=True,
+    overlong_shaping=True,
 )
 
 # RLOO: leave-one-out baseline within the group. The paper's REINFORCE sums

@@ -23,7 +23,12 @@ from .base import (
 )
 from .hf import HFEngine
 from .scripted import ScriptedEngine
-from .sync_check import WeightSyncError, assert_in_sync, logprob_agreement
+from .sync_check import (
+    WeightSyncError,
+    assert_in_sync,
+    assert_moved_with_trainer,
+    logprob_agreement,
+)
 from .vllm import VLLMEngine, VLLMUnavailableError
 
 __all__ = [
@@ -40,6 +45,7 @@ __all__ = [
     "VLLMUnavailableError",
     "WeightSyncError",
     "assert_in_sync",
+    "assert_moved_with_trainer",
     "logprob_agreement",
     "make_engine",
 ]

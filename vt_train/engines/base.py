@@ -20,7 +20,7 @@ given images raises :class:`~vt_envs.errors.InvalidConfigError`.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -116,6 +116,16 @@ class RolloutEngine(abc.ABC):
     @abc.abstractmethod
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Replace the policy's weights (a full state dict of the trainer's model)."""
+
+    def update_weights(self, weights: Iterable[tuple[str, Any]]) -> None:
+        """Replace the policy's weights from a stream of ``(name, tensor)`` pairs (Hugging
+        Face names; tied weights may be left out), in the order the trainer gathers them.
+
+        The trainer syncs through this method: an engine that overrides it copies each
+        tensor as it arrives, so neither side ever holds a whole second copy of the
+        model (the trainer gathers a ZeRO-3 model shard by shard). This default collects
+        the stream into one dict for :meth:`load_weights`."""
+        self.load_weights(dict(weights))
 
     @abc.abstractmethod
     def score(

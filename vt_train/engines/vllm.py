@@ -18,13 +18,21 @@ How it maps the protocol:
   protocol says. With ``top_p < 1`` vLLM renormalizes over the nucleus, so
   its logprobs exceed the protocol's by ``-log(nucleus mass)``; train with
   ``top_p = 1`` or recompute old logprobs in the trainer.
-- **Weights.** :meth:`load_weights` writes the state dict (Hugging Face
-  names) as ``model.safetensors`` in an engine-owned directory, pauses the
+- **Weights.** :meth:`update_weights` takes the trainer's weights as a
+  stream of ``(name, tensor)`` pairs (Hugging Face names), pauses the
   scheduler (in-flight requests are kept and their caches dropped, so no KV
-  computed with old weights survives), calls the workers'
-  ``reload_weights(weights_path=dir)`` through ``collective_rpc``, and
-  resumes. On GPU clusters vLLM also offers NCCL weight transfer
-  (``init_weight_transfer_engine`` / ``update_weights``), not used here.
+  computed with old weights survives), sends them to every worker in buckets
+  of ``weight_bucket_mb`` through ``collective_rpc`` — vLLM serializes the
+  tensor buffers; nothing is written to disk — where
+  :class:`~vt_train.engines.vllm_weights.WeightReceiver` (vLLM's
+  ``worker_extension_cls``) loads them with the model's own
+  ``load_weights``, and resumes. The host holds one bucket at a time, not a
+  copy of the model. On GPU clusters vLLM also offers NCCL / CUDA-IPC weight
+  transfer (``init_weight_transfer_engine``), not used here.
+- **Devices.** ``devices`` (local GPU indices, one per tensor-parallel
+  shard: :mod:`vt_train.placement`) become vLLM's ``CUDA_VISIBLE_DEVICES``
+  while the engine starts its processes, so each engine lands on its own
+  GPUs instead of every engine on GPU 0.
 - **Scoring.** :meth:`score` uses ``prompt_logprobs``, which vLLM computes
   from unscaled logits: only ``temperature`` 1 (or 0) can be scored.
 - **Images.** A vision-language model's requests carry their images as
@@ -44,12 +52,11 @@ How it maps the protocol:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
-import shutil
-import tempfile
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -66,6 +73,7 @@ from .base import (
     SamplingParams,
     reject_images,
 )
+from .vllm_weights import Packed, pack
 
 __all__ = ["VLLMEngine", "VLLMUnavailableError"]
 
@@ -87,6 +95,31 @@ def _import_vllm() -> Any:
             "the 'hf' engine"
         ) from exc
     return vllm
+
+
+_RECEIVER = "vt_train.engines.vllm_weights.WeightReceiver"
+_DEVICES_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _visible_devices(devices: Sequence[int]) -> Iterator[None]:
+    """``CUDA_VISIBLE_DEVICES`` narrowed to ``devices`` (local indices, through the
+    launch's own mapping) while vLLM starts its processes; restored after."""
+    if not devices:
+        yield
+        return
+    from vt_train.placement import physical_devices
+
+    with _DEVICES_LOCK:
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = physical_devices(tuple(devices))
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
 def _vision_of(model_path: str) -> tuple[bool, tuple[int, ...]]:
@@ -118,6 +151,11 @@ class VLLMEngine(RolloutEngine):
         tokenizer_path: vLLM's ``tokenizer`` argument (default ``model_path``).
         logprobs_mode: vLLM's logprobs mode; keep the default (see the
             module docstring) unless you know why.
+        devices: the local GPUs of this engine's tensor-parallel shards (as
+            many as ``tensor_parallel_size``); empty: vLLM's own choice (the
+            CPU build has none).
+        weight_bucket_mb: the most tensor data one ``collective_rpc`` of a
+            weight sync carries.
         **engine_kwargs: passed to ``vllm.AsyncEngineArgs`` (``dtype``,
             ``max_model_len``, ``gpu_memory_utilization``, ``enforce_eager``,
             ``tensor_parallel_size``, ...).
@@ -134,6 +172,8 @@ class VLLMEngine(RolloutEngine):
         tokenizer: Any = None,
         tokenizer_path: str | os.PathLike[str] | None = None,
         logprobs_mode: str = "processed_logprobs",
+        devices: Sequence[int] = (),
+        weight_bucket_mb: float = 256,
         **engine_kwargs: Any,
     ):
         vllm = _import_vllm()
@@ -147,7 +187,19 @@ class VLLMEngine(RolloutEngine):
         self.weights_version = 0
         self._ids = itertools.count()
         self._closed = False
-        self._weights_dir: str | None = None
+        self._bucket_bytes = int(weight_bucket_mb * (1 << 20))
+        extension = engine_kwargs.setdefault("worker_extension_cls", _RECEIVER)
+        if extension != _RECEIVER:
+            raise InvalidConfigError(
+                f"VLLMEngine sets vLLM's worker_extension_cls to {_RECEIVER!r} (its weight "
+                f"syncs need it); got {extension!r}. Subclass WeightReceiver to add methods"
+            )
+        tp = int(engine_kwargs.get("tensor_parallel_size", 1) or 1)
+        if devices and len(devices) != tp:
+            raise InvalidConfigError(
+                f"VLLMEngine got devices={list(devices)} for tensor_parallel_size={tp}: give "
+                "one GPU per shard"
+            )
         from vllm.platforms import current_platform
 
         if current_platform.is_cpu():  # see "CPU builds" in the module docstring
@@ -172,7 +224,8 @@ class VLLMEngine(RolloutEngine):
             return AsyncLLM.from_engine_args(args)
 
         try:
-            self._llm = self._run(create()).result()
+            with _visible_devices(devices):  # vLLM's processes inherit them at start
+                self._llm = self._run(create()).result()
         except BaseException:
             self._stop_loop()
             raise
@@ -306,25 +359,47 @@ class VLLMEngine(RolloutEngine):
         return [float(prompt_logprobs[t][sequence[t]].logprob) for t in range(1, len(sequence))]
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Write ``state_dict`` as safetensors and reload it in every worker."""
-        from safetensors.torch import save_file
+        """Load a whole state dict (:meth:`update_weights` over its items)."""
+        self.update_weights(state_dict.items())
 
-        if self._weights_dir is None:
-            self._weights_dir = tempfile.mkdtemp(prefix="vt-vllm-weights-")
-        # clone(): safetensors refuses tensors that share storage (tied weights).
-        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}
-        save_file(tensors, os.path.join(self._weights_dir, "model.safetensors"))
-        self._run(self._reload(self._weights_dir)).result()
+    def update_weights(self, weights: Iterable[tuple[str, Any]]) -> None:
+        """Send the stream of ``(name, tensor)`` pairs to every worker in buckets of
+        ``weight_bucket_mb``, with generation paused (see the module docstring). The
+        stream is consumed to its end even if a bucket fails (the trainer's gathers
+        behind it are collectives); the first failure is then raised."""
+        import torch
+
+        self._run(self._llm.pause_generation(mode="keep", clear_cache=True)).result()
+        failure: BaseException | None = None
+        try:
+            bucket: list[Packed] = []
+            size = 0
+            for name, tensor in weights:
+                if failure is not None:
+                    continue
+                if not isinstance(tensor, torch.Tensor):
+                    tensor = torch.as_tensor(tensor)
+                packed = pack(name, tensor)
+                bucket.append(packed)
+                size += len(packed[3])
+                if size >= self._bucket_bytes:
+                    failure = self._send(bucket)
+                    bucket, size = [], 0
+            if bucket and failure is None:
+                failure = self._send(bucket)
+        finally:
+            self._run(self._llm.resume_generation()).result()
+        if failure is not None:
+            raise failure
         self.weights_version += 1
 
-    async def _reload(self, path: str) -> None:
-        # Pause so no step runs half old, half new; the pause drops KV and
-        # prefix caches computed with the old weights.
-        await self._llm.pause_generation(mode="keep", clear_cache=True)
+    def _send(self, bucket: list[Packed]) -> BaseException | None:
+        """One bucket to every worker; the exception instead of raising it."""
         try:
-            await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": path})
-        finally:
-            await self._llm.resume_generation()
+            self._run(self._llm.collective_rpc("vt_load_weights", args=(bucket,))).result()
+        except Exception as exc:  # handed back: raised once the stream is drained
+            return exc
+        return None
 
     def close(self) -> None:
         """Shut vLLM down (its worker processes too) and stop the loop thread."""
@@ -343,8 +418,6 @@ class VLLMEngine(RolloutEngine):
         finally:
             self._closed = True
             self._stop_loop()
-            if self._weights_dir is not None:
-                shutil.rmtree(self._weights_dir, ignore_errors=True)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
