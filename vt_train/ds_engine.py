@@ -85,13 +85,21 @@ def _free_port() -> int:
 RENDEZVOUS_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
-def init_distributed_env() -> None:
-    """Fill in single-process rendezvous variables when not launched by torchrun."""
+def init_distributed_env() -> Any:
+    """Fill in single-process rendezvous variables when not launched by torchrun, and
+    return ``deepspeed``, ready to start its process group (before its first use)."""
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    import deepspeed
+
+    # DeepSpeed JIT-builds a shared-memory all-reduce op when its CPU backend starts
+    # (minutes on a 2-core machine, on every fresh one); gloo's all-reduce is enough
+    # for the model sizes trained on CPU.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    return deepspeed
 
 
 @contextlib.contextmanager
@@ -148,13 +156,7 @@ class DeepSpeedModel:
         betas: tuple[float, float] = (0.9, 0.999),
         warmup_steps: int = 0,
     ):
-        init_distributed_env()
-        import deepspeed
-
-        # DeepSpeed JIT-builds a shared-memory all-reduce op when its CPU
-        # backend starts (minutes on a 2-core machine, on every fresh one);
-        # gloo's all-reduce is enough for the model sizes trained on CPU.
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+        deepspeed = init_distributed_env()
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = (
             torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas)
@@ -326,10 +328,7 @@ class FrozenDeepSpeedModel:
     """
 
     def __init__(self, model: torch.nn.Module, config: DeepSpeedConfig):
-        init_distributed_env()
-        import deepspeed
-
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+        deepspeed = init_distributed_env()
         ds_config = {
             "train_micro_batch_size_per_gpu": 1,
             "bf16": {"enabled": config.bf16},

@@ -41,13 +41,13 @@ import os
 import random
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import yaml
+from transformers import AutoModel
 
 import vt_envs
 from vt_envs.core.loop import run_sync
@@ -66,12 +66,16 @@ from vt_train.algorithms import (
     value_loss,
 )
 from vt_train.algorithms.shaping import shape_rewards, shaping_metrics
+from vt_train.attention import use_cpu_gqa_attention
 from vt_train.batch import TrainBatch
 from vt_train.config import TrainConfig, config_to_dict, resolve_device
-from vt_train.ds_engine import DeepSpeedModel, FrozenDeepSpeedModel, zero3_construction
-from vt_train.engines import WeightSyncError, assert_moved_with_trainer, make_engine
+from vt_train.ds_engine import (
+    DeepSpeedModel,
+    FrozenDeepSpeedModel,
+    zero3_construction,
+)
+from vt_train.engines import make_engine
 from vt_train.engines.base import SamplingParams
-from vt_train.engines.sync_check import compare_logprobs, raise_if_apart
 from vt_train.evaluation import EvalResult, domain_metrics, evaluate, summarize
 from vt_train.forwards import Forwards, Scorers
 from vt_train.lockstep import Lockstep
@@ -86,6 +90,7 @@ from vt_train.placement import Placement, engine_tensor_parallel, plan_placement
 from vt_train.progress import progress_bar
 from vt_train.rollout import collect
 from vt_train.run_dir import MetricsLogger, write_transcripts
+from vt_train.sharded_load import load_partitioned
 from vt_train.trajectory import Trajectory
 from vt_train.vision import ImageInputs, is_vision_language, load_policy
 from vt_train.vl_model import (
@@ -94,6 +99,7 @@ from vt_train.vl_model import (
     copy_processor_files,
     is_processor_dir,
 )
+from vt_train.weight_sync import WeightSync, probe_sequences, sync_tolerances
 
 __all__ = ["Trainer", "check_same_tokenizer", "sync_tolerances"]
 
@@ -127,6 +133,29 @@ def _all_equal_share(played: Sequence[Trajectory], n: int) -> float:
 
 def _dtype(config: TrainConfig) -> torch.dtype:
     return torch.bfloat16 if config.deepspeed.bf16 else torch.float32
+
+
+def _load_partitioned(config: TrainConfig, *, base: bool = False) -> torch.nn.Module:
+    """The model of ``model.path`` (``base``: its trunk, for a critic) built partitioned
+    over the ranks: :func:`~vt_train.sharded_load.load_partitioned` (no rank holds all
+    of it), or ``transformers``' ZeRO-3 loading for layouts that one does not cover."""
+    dtype = _dtype(config)
+    path = resolve_model(
+        config.init_from or config.model.path,
+        dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
+    )
+    ds_config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "zero_optimization": {"stage": 3},
+        "bf16": {"enabled": config.deepspeed.bf16},
+    }
+    model = load_partitioned(path, dtype=dtype, ds_config=ds_config, base=base)
+    if model is not None:
+        return model if base else use_cpu_gqa_attention(model)
+    with zero3_construction(config.deepspeed):
+        if base:
+            return AutoModel.from_pretrained(str(path), local_files_only=True, dtype=dtype)
+        return load_policy(path, dtype=dtype)
 
 
 def _load_policy(
@@ -179,22 +208,6 @@ def check_same_tokenizer(pairs: Sequence[tuple[str, Any]]) -> None:
             )
 
 
-def sync_tolerances(config: TrainConfig) -> tuple[float, float]:
-    """``(mean, max)`` logprob gaps past which a weight sync counts as failed.
-
-    By the training dtype unless the config sets them: an fp32 engine and
-    trainer agree to ~1e-5; a bf16 one differs by ~1e-2 on average and ~0.1 on
-    single tokens even when in sync, so only a gross gap (stale or wrong
-    weights) fails.
-    """
-    r = config.rollout
-    mean, high = (0.1, 2.0) if config.deepspeed.bf16 else (1e-3, 5e-2)
-    return (
-        mean if r.sync_mean_tol is None else r.sync_mean_tol,
-        high if r.sync_max_tol is None else r.sync_max_tol,
-    )
-
-
 class Trainer:
     """Owns the models, the engines and the envs of one run (see the module docstring)."""
 
@@ -216,8 +229,7 @@ class Trainer:
         # ZeRO-3 builds models loaded from a directory partitioned: no rank holds a whole one.
         self.partitioned = config.deepspeed.zero_stage == 3 and config.deepspeed.zero_init
         self.partitioned = self.partitioned and path is not None
-        with zero3_construction(config.deepspeed) if self.partitioned else nullcontext():
-            policy, reference, critic = self._build_models(config)
+        policy, reference, critic = self._build_models(config)
         self.vision = is_vision_language(policy)
         if self.vision and self.processor_dir is None:
             raise InvalidConfigError(
@@ -282,6 +294,10 @@ class Trainer:
             if engine_kwargs is not None
             else None
         )
+        self.weight_sync = WeightSync(
+            self.actor, config, self._reference_logprobs,
+            gather=lambda value: _all_gather(value, self.world), reporter=self.players[0],
+        )  # fmt: skip
 
         env_kwargs = dict(config.env.kwargs)
         if self.vision:  # the envs expand images as this policy's processor does
@@ -360,17 +376,18 @@ class Trainer:
             or config.model.path
             or (str(self.processor_dir) if self.processor_dir is not None else None)
         )
-        if not tiny_vl:
+        if self.partitioned:
+            policy = _load_partitioned(config)
+        elif not tiny_vl:
             policy = _load_policy(config, self.tokenizer, self.processor_dir)
         if config.optim.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
         reference = critic = None
         if self.partitioned:
             if self.algo.kl_coef > 0:
-                reference = _load_policy(config, self.tokenizer, self.processor_dir)
+                reference = _load_partitioned(config)
             if self.algo.use_critic:
-                path = resolve_model(config.init_from or config.model.path)
-                critic = CriticModel.from_pretrained(path, dtype=_dtype(config))
+                critic = CriticModel(_load_partitioned(config, base=True))
             return policy, reference, critic
         # Copies are made before DeepSpeed takes the policy: under ZeRO-3 its parameters
         # are partitioned (empty placeholders) afterwards.
@@ -698,78 +715,6 @@ class Trainer:
             out.append(logprobs[0, 1:].float().tolist())
         return out
 
-    def _probe_logprobs(
-        self, probe: Sequence[Sequence[int]], probe_images: Sequence[Sequence[Any]] | None
-    ) -> tuple[list[list[float]], list[list[float]] | None] | None:
-        """``(trainer, engine)`` logprobs of the probe at T=1 (the check is about the
-        weights, and vLLM scores only at T=1); ``engine`` is None on a rank without an
-        engine; ``None`` when the sync check is off. Every rank runs the trainer's side
-        (its forwards are collectives under ZeRO-3)."""
-        if not self.config.rollout.sync_check or not probe:
-            return None
-        trainer = self._reference_logprobs(probe, 1.0, probe_images)
-        engine = None
-        if self.engine is not None:
-            if probe_images is None:
-                engine = self.engine.score(probe, 1.0)
-            else:
-                engine = self.engine.score(probe, 1.0, images=probe_images)
-        return trainer, engine
-
-    def _sync_weights(
-        self,
-        probe: Sequence[Sequence[int]],
-        probe_images: Sequence[Sequence[Any]] | None,
-        before: tuple[list[list[float]], list[list[float]] | None] | None,
-    ) -> dict[str, float]:
-        """Stream the actor's weights into the rollout engine (no copy of the whole model
-        on either side: :meth:`DeepSpeedModel.named_weights`, ``update_weights``), then
-        check that the engine serves them: its logprobs on the probe agree with the
-        trainer's, and moved with the trainer's over the update (``before``: the probe's
-        logprobs before it), which also catches a skipped sync in bf16."""
-        dtype = torch.bfloat16 if self.config.deepspeed.bf16 else torch.float32
-        weights = self.actor.named_weights(dtype)
-        if self.engine is not None:
-            self.engine.update_weights(weights)
-        else:
-            for _ in weights:  # the gathers behind the stream are collectives: walk it
-                pass
-        if before is None:
-            return {}
-        after = self._probe_logprobs(probe, probe_images)
-        report: tuple[dict[str, float], str | None] = ({}, None)
-        if self.engine is not None:
-            report = self._check_sync(probe, before, after)
-        reports = _all_gather(report, self.world)
-        errors = [error for _, error in reports if error]
-        if errors:  # raised on every rank, so none waits for the others at a collective
-            raise WeightSyncError(errors[0])
-        return reports[self.players[0]][0]
-
-    def _check_sync(
-        self,
-        probe: Sequence[Sequence[int]],
-        before: tuple[list[list[float]], list[list[float]]],
-        after: tuple[list[list[float]], list[list[float]]],
-    ) -> tuple[dict[str, float], str | None]:
-        """This engine's sync metrics and, if the check failed, why."""
-        mean_tol, max_tol = sync_tolerances(self.config)
-        (trainer_before, engine_before), (trainer_after, engine_after) = before, after
-        metrics: dict[str, float] = {}
-        try:
-            agreement = compare_logprobs(engine_after, trainer_after, probe)
-            metrics["sync/max_abs_logprob_diff"] = agreement["max_abs_diff"]
-            metrics["sync/mean_abs_logprob_diff"] = agreement["mean_abs_diff"]
-            raise_if_apart(agreement, self.engine, tol=max_tol, mean_tol=mean_tol)
-            moved = assert_moved_with_trainer(
-                engine_before, engine_after, trainer_before, trainer_after,
-                min_shift=self.config.rollout.sync_min_shift,
-            )  # fmt: skip
-            metrics.update({f"sync/{k}": v for k, v in moved.items()})
-        except WeightSyncError as error:
-            return metrics, str(error)
-        return metrics, None
-
     # ---------------------------------------------------------------- loop
 
     def _play(self, tasks: Sequence[str], round_: int) -> list[Trajectory]:
@@ -855,12 +800,12 @@ class Trainer:
         if self._played is not None and self._played[0] is trajectories:
             played = self._played[1]  # every round dynamic sampling played, not only the kept
         self._played = None
+        self._shape(trajectories)  # a no-op on what rollout() shaped already
         metrics = {f"rollout/{k}": v for k, v in summarize(played).items()}
         if self.config.env.mixture:  # each domain's reward, accuracy, turns, tool use
             metrics.update(domain_metrics(played, "rollout/"))
         if self.sampling_rounds:
             metrics["rollout/sampling_rounds"] = float(self.sampling_rounds)
-        self._shape(trajectories)  # a no-op on what rollout() shaped already
         metrics.update(shaping_metrics(played))
         batch = TrainBatch.from_trajectories(trajectories, pad_token_id=self.tokenizer.pad_token_id)
         keep = group_filter_mask(batch.rewards, batch.group_ids)
@@ -868,6 +813,9 @@ class Trainer:
             metrics["rollout/all_equal_group_share"] = _all_equal_share(played, cfg.rollout.n)
             trained = int(keep.sum()) if algo.filter_groups else len(trajectories)
             metrics["rollout/trained_share"] = trained / max(len(played), 1)
+            # rollout/* describe the policy (every round played); kept/* what trains
+            kept = [t for t, k in zip(trajectories, keep.tolist()) if k or not algo.filter_groups]
+            metrics.update({f"kept/{k}": v for k, v in summarize(kept).items()} if kept else {})
         else:
             metrics["rollout/all_equal_group_share"] = 1.0 - float(keep.float().mean())
         if algo.filter_groups:
@@ -875,27 +823,18 @@ class Trainer:
                 batch.select(torch.nonzero(keep).flatten(), normalize=True) if keep.any() else None
             )
         if batch is not None and len(batch) and batch.num_tokens:
-            probe, probe_images = self._probes(trajectories)
-            before = self._probe_logprobs(probe, probe_images)  # for the sync check
+            span = None
+            if self.vision:
+                lm_config = self.actor.module.lm.config
+                span = (lm_config.vision_start_token_id, lm_config.vision_end_token_id)
+            # One token short of the context: vLLM scores a sequence as a prompt that
+            # must leave room for one generated token (prompt + 1 <= max_model_len).
+            probe, images = probe_sequences(trajectories, cfg.rollout.max_context - 1, span)
+            before = self.weight_sync.probe(self.engine, probe, images)  # for the sync check
             batch, prep_metrics = self._prepare(batch)
             metrics.update({**prep_metrics, **self._update(batch)})
-            metrics.update(self._sync_weights(probe, probe_images, before))
+            metrics.update(self.weight_sync.sync(self.engine, probe, images, before))
         return metrics
-
-    def _probes(
-        self, trajectories: Sequence[Trajectory]
-    ) -> tuple[list[list[int]], list[list[Any]] | None]:
-        """The sync check's probe sequences (the first two trajectories) and their images."""
-        span = None
-        if self.vision:
-            lm_config = self.actor.module.lm.config
-            span = (lm_config.vision_start_token_id, lm_config.vision_end_token_id)
-        # One token short of the context: vLLM scores a sequence as a prompt that
-        # must leave room for one generated token (prompt + 1 <= max_model_len).
-        limit = self.config.rollout.max_context - 1
-        probes = [_probe(t, limit, span) for t in trajectories[:2]]
-        images = [pictures for _, pictures in probes] if self.vision else None
-        return [ids for ids, _ in probes], images
 
     def step(self) -> dict[str, float]:
         """One RL step (:meth:`rollout` then :meth:`learn`); returns its metrics (also logged).
@@ -986,39 +925,13 @@ class Trainer:
         np.random.set_state(state["rng_numpy"])
         torch.set_rng_state(state["rng_torch"])
         self.metrics.truncate_after(self.step_index)
-        dtype = torch.bfloat16 if self.config.deepspeed.bf16 else torch.float32
-        weights = self.actor.named_weights(dtype)  # collectives under ZeRO-3: every rank
-        if self.engine is not None:
-            self.engine.update_weights(weights)
-        else:
-            for _ in weights:
-                pass
+        self.weight_sync.push(self.engine)
 
     def close(self) -> None:
         self.train_env.close()
         self.eval_env.close()
         if self.engine is not None:
             run_sync(self.engine.aclose(), method="Trainer.close", async_method="engine.aclose")
-
-
-def _probe(
-    trajectory: Trajectory, limit: int, span: tuple[int, int] | None
-) -> tuple[list[int], list[Any]]:
-    """The first ``limit`` ids of ``trajectory`` as a sync probe, with the images whose
-    tokens they hold. ``span``: a vision-language policy's (vision start, vision end) ids;
-    an image span the cut would split is left out whole."""
-    ids = trajectory.input_ids
-    if span is None or len(ids) <= limit:
-        return ids[:limit], list(trajectory.images)
-    cut, complete, opened = limit, 0, None
-    for i, token in enumerate(ids[:limit]):
-        if token == span[0]:
-            opened = i
-        elif token == span[1]:
-            complete, opened = complete + 1, None
-    if opened is not None:
-        cut = opened
-    return ids[:cut], list(trajectory.images[:complete])
 
 
 def _rollout_is_weights(

@@ -117,4 +117,35 @@ def test_vt_train_check_prints_the_estimate(capsys):
     assert main(["check", str(CONFIGS / "math_grpo_qwen2.5-1.5b.yaml"), "--gpus", "4"]) == 0
     out = capsys.readouterr().out
     assert "memory per GPU, Qwen2.5-1.5B (1.54B parameters) on 4 x 80 GiB" in out
-    assert "vLLM reservation (50%)" in out and ": fits" in out
+    assert "vLLM reservation (50% x 1 shard)" in out and ": fits" in out
+    assert "4 engine(s) x TP 1 on 4 GPUs: each GPU holds one shard" in out
+
+
+def _seven_b(*overrides: str):
+    config = load_config(CONFIGS / "math_dapo_qwen2.5-7b.yaml", list(overrides))
+    return estimate_memory(config, KNOWN_SHAPES["7b"], gpus=8, gpu_gib=80)
+
+
+def test_the_estimate_counts_tensor_parallel_engines_per_gpu():
+    """The 7B recipe: 8 ranks, TP 2. Each of 8 ranks once started its own two-GPU
+    engine (16 shards on 8 GPUs, twice the reservation on each: about 104 GiB); the
+    placement puts 4 engines on disjoint pairs, one shard per GPU."""
+    estimate = _seven_b()
+    assert estimate.parts["vLLM reservation (45% x 1 shard)"] == 0.45 * 80 * GiB
+    assert "4 engine(s) x TP 2 on 8 GPUs" in estimate.table()
+    assert "7.1 GiB of weights" in estimate.table()  # 7.62B x 2 bytes / TP 2
+    assert estimate.fits
+    three = _seven_b("rollout.engine_kwargs={tensor_parallel_size: 3}")
+    assert not three.fits and "does not divide the 8 ranks" in three.table()
+    starved = _seven_b(
+        "rollout.engine_kwargs={tensor_parallel_size: 1, gpu_memory_utilization: 0.1}"
+    )
+    assert not starved.fits and "cannot hold its weight shard" in starved.table()
+
+
+def test_host_ram_per_rank_counts_partitioned_loading_and_a_streamed_sync():
+    zero3 = _seven_b().host_bytes
+    assert zero3["loading weights"] == KNOWN_SHAPES["7b"].num_params * 2 / 8
+    assert zero3["weight sync (streamed)"] == 2 * 256 * 2**20
+    zero2 = _seven_b("deepspeed.zero_stage=2").host_bytes
+    assert zero2["loading weights"] == KNOWN_SHAPES["7b"].num_params * 2

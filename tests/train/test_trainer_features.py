@@ -114,6 +114,7 @@ def test_dapo_plays_more_rounds_until_the_step_is_full(tmp_path):
     assert metrics["rollout/all_equal_group_share"] == 0.5
     assert metrics["rollout/trained_share"] == 0.5
     assert metrics["rollout/accuracy"] == 0.25  # round 2's groups are half right
+    assert metrics["kept/accuracy"] == 0.5  # and only they train
     trainer.close()
 
 

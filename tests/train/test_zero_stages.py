@@ -86,35 +86,30 @@ def test_logged_metrics_do_not_depend_on_the_micro_batch_count(tmp_path, traject
 
 def test_zero3_builds_models_loaded_from_a_directory_partitioned(tmp_path, trajectories):
     """Under ZeRO-3 the policy, the KL reference and the critic trunk loaded from
-    ``model.path`` are built partitioned (no rank ever holds a whole one), and the update
-    equals ZeRO-0's on the same weights."""
+    ``model.path`` are built partitioned (vt_train.sharded_load: no rank ever holds a
+    whole one), and the update equals ZeRO-0's on the same weights."""
     from train_helpers import saved_tiny_model
-    from transformers.integrations import is_deepspeed_zero3_enabled
 
     from vt_train import trainer as trainer_module
 
     model = saved_tiny_model(tmp_path / "model")
     built = []
-    real_load = trainer_module.load_policy
+    real = trainer_module.load_partitioned
 
-    def recording_load(path, **kwargs):
-        lm = real_load(path, **kwargs)
-        built.append(
-            (is_deepspeed_zero3_enabled(), all(hasattr(p, "ds_id") for p in lm.parameters()))
-        )
+    def recording(path, **kwargs):
+        lm = real(path, **kwargs)
+        built.append((kwargs["base"], all(hasattr(p, "ds_id") for p in lm.parameters())))
         return lm
 
-    trainer_module.load_policy = recording_load
+    trainer_module.load_partitioned = recording
     try:
         common = ["algo=ppo", "algorithm={kl_coef: 0.01}", f"model.path={model}"]
         base_metrics, base = _learn(tmp_path / "z0", trajectories, *common)
-        assert built == [(False, False)]  # the policy (its copies are deep copies)
-        built.clear()
+        assert built == []  # ZeRO-0 loads the policy whole and copies it
         metrics, state = _learn(tmp_path / "z3", trajectories, *common, "deepspeed.zero_stage=3")
-        # policy and reference partitioned; then the HF engine's whole copy, after the block
-        assert built == [(True, True), (True, True), (False, False)]
+        assert built == [(False, True), (False, True), (True, True)]  # policy, reference, critic
     finally:
-        trainer_module.load_policy = real_load
+        trainer_module.load_partitioned = real
     assert metrics["policy/grad_norm"] == pytest.approx(base_metrics["policy/grad_norm"], rel=1e-4)
     for name, value in base.items():
         torch.testing.assert_close(state[name], value, rtol=0, atol=1e-5, msg=name)

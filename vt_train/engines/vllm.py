@@ -370,7 +370,7 @@ class VLLMEngine(RolloutEngine):
         import torch
 
         self._run(self._llm.pause_generation(mode="keep", clear_cache=True)).result()
-        failure: BaseException | None = None
+        failure: BaseException | None = self._rpc("vt_begin_weights")
         try:
             bucket: list[Packed] = []
             size = 0
@@ -387,6 +387,8 @@ class VLLMEngine(RolloutEngine):
                     bucket, size = [], 0
             if bucket and failure is None:
                 failure = self._send(bucket)
+            finished = self._rpc("vt_end_weights")  # also after a failure: leave no layer half
+            failure = failure or finished
         finally:
             self._run(self._llm.resume_generation()).result()
         if failure is not None:
@@ -395,9 +397,14 @@ class VLLMEngine(RolloutEngine):
 
     def _send(self, bucket: list[Packed]) -> BaseException | None:
         """One bucket to every worker; the exception instead of raising it."""
+        return self._rpc("vt_load_weights", bucket)
+
+    def _rpc(self, method: str, *args: Any) -> BaseException | None:
+        """``method`` on every worker (WeightReceiver's); the exception instead of raising
+        it (raised once the weight stream is drained)."""
         try:
-            self._run(self._llm.collective_rpc("vt_load_weights", args=(bucket,))).result()
-        except Exception as exc:  # handed back: raised once the stream is drained
+            self._run(self._llm.collective_rpc(method, args=args)).result()
+        except Exception as exc:
             return exc
         return None
 

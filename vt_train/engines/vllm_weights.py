@@ -14,8 +14,15 @@ Tensors travel as raw bytes with their dtype and shape (:func:`pack`): the
 engine core hands ``collective_rpc`` arguments to its workers through pickle,
 which cannot carry the zero-copy buffers vLLM decodes tensors into.
 
-This module is imported inside vLLM's worker processes; it needs nothing but
-torch there.
+A sync is three calls: :meth:`WeightReceiver.vt_begin_weights` puts every layer
+in vLLM's layer-wise reload mode (each layer goes back to the checkpoint
+format its loader expects — on the CPU, vLLM repacks linear weights for
+oneDNN after loading and drops the original parameters), the buckets load,
+each layer is processed again as soon as all its tensors have arrived (the
+trainer sends them layer by layer), and :meth:`WeightReceiver.vt_end_weights`
+finishes the rest and drops caches derived from the old weights.
+
+This module is imported inside vLLM's worker processes.
 """
 
 from __future__ import annotations
@@ -51,10 +58,26 @@ class WeightReceiver:
     """Mixed into vLLM's worker class (``worker_extension_cls``)."""
 
     model_runner: Any  # the worker's, set by vLLM
+    vllm_config: Any
+
+    def vt_begin_weights(self) -> None:
+        """Start a sync: every layer takes checkpoint-format weights again."""
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        initialize_layerwise_reload(self.model_runner.get_model())
 
     def vt_load_weights(self, weights: Sequence[Packed]) -> int:
         """Load :func:`pack`'ed tensors (Hugging Face names) into this worker's model;
         returns how many were given."""
         model = self.model_runner.get_model()
-        model.load_weights(weights=[unpack(w) for w in weights])
+        list(model.load_weights(weights=[unpack(w) for w in weights]) or ())
         return len(weights)
+
+    def vt_end_weights(self) -> None:
+        """Finish a sync: process what is left, drop caches of the old weights."""
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        runner = self.model_runner
+        finalize_layerwise_reload(runner.get_model(), self.vllm_config.model_config)
+        for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
+            getattr(runner, reset, lambda: None)()
