@@ -44,7 +44,7 @@ class SyncConfig:
     rounds: int = 3
     threads: int = 1
     vllm: bool = False
-    bucket_mb: float = 256
+    bucket_mb: float = 64
 
 
 def _policy(cfg: SyncConfig) -> tuple[Any, str]:

@@ -260,34 +260,34 @@ class DeepSpeedModel:
 
         Under ZeRO-3 parameters are gathered ``bucket_bytes`` (of the full tensors) at a
         time and released before the next bucket: the gathers are collectives, so every
-        rank must walk the whole stream. Tied weights come once (under their first
-        name); persistent buffers come too. Each yielded tensor is a fresh copy the
-        consumer may keep or drop.
+        rank must walk the whole stream. On the host there is one tensor's copy at a
+        time (unless the consumer keeps them). A tied weight is copied once and yielded under
+        each of its names (vLLM re-processes a tied head only when it receives it);
+        persistent buffers come too. Each yielded tensor is a copy the consumer may keep.
         """
         module = self._weights_module()
-        named = module.state_dict(keep_vars=True)  # parameters and persistent buffers
-        seen: set[int] = set()
-        entries = []
-        for name, tensor in named.items():
-            if id(tensor) in seen:  # a tied weight's second name
-                continue
-            seen.add(id(tensor))
-            entries.append((name, tensor))
+        names: dict[int, list[str]] = {}
+        tensors: dict[int, torch.Tensor] = {}
+        for name, tensor in module.state_dict(keep_vars=True).items():  # params and buffers
+            names.setdefault(id(tensor), []).append(name)
+            tensors[id(tensor)] = tensor
+        entries = [(key, tensors[key]) for key in names]
         if self.config.zero_stage != 3:
-            for name, tensor in entries:
-                yield name, tensor.detach().to(device="cpu", dtype=dtype, copy=True)
+            for key, tensor in entries:
+                copy = tensor.detach().to(device="cpu", dtype=dtype, copy=True)
+                yield from ((name, copy) for name in names[key])
             return
         import deepspeed
 
         itemsize = torch.empty((), dtype=dtype).element_size()
         for bucket in _buckets(entries, bucket_bytes, itemsize):
             params = [t for _, t in bucket if hasattr(t, "ds_id")]
+            # One host copy at a time, yielded while the bucket is gathered (the other
+            # ranks wait at the release's collective meanwhile).
             with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-                copies = [
-                    (name, t.detach().to(device="cpu", dtype=dtype, copy=True))
-                    for name, t in bucket
-                ]
-            yield from copies
+                for key, tensor in bucket:
+                    copy = tensor.detach().to(device="cpu", dtype=dtype, copy=True)
+                    yield from ((name, copy) for name in names[key])
 
     def save_checkpoint(
         self, directory: str | Path, tag: str, client_state: Mapping[str, Any]
@@ -303,11 +303,11 @@ class DeepSpeedModel:
 
 
 def _buckets(
-    entries: Sequence[tuple[str, torch.Tensor]], bucket_bytes: int, itemsize: int
-) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    entries: Sequence[tuple[Any, torch.Tensor]], bucket_bytes: int, itemsize: int
+) -> Iterator[list[tuple[Any, torch.Tensor]]]:
     """``entries`` in consecutive groups of at most ``bucket_bytes`` (a larger tensor
     alone); sizes are of the full tensors (``ds_numel`` under ZeRO-3)."""
-    bucket: list[tuple[str, torch.Tensor]] = []
+    bucket: list[tuple[Any, torch.Tensor]] = []
     size = 0
     for name, tensor in entries:
         n = getattr(tensor, "ds_numel", tensor.numel()) * itemsize

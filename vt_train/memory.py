@@ -30,9 +30,9 @@ micro-batch's backward:
   The HF engine holds a 16-bit copy of the weights (its KV cache is not
   counted).
 * **host RAM per rank**: loading the weights (under ZeRO-3 the model is
-  built partitioned, ``deepspeed.zero.Init``, so a rank holds its shard)
-  and a weight sync (the stream holds one bucket at a time in the trainer
-  and one in flight to the engine: ``2 x 256 MiB``).
+  built partitioned, :mod:`vt_train.sharded_load`, so a rank holds its
+  shard) and a weight sync: one tensor's host copy at a time (at most the
+  embedding) plus vLLM's bucket packed and in flight (``2 x 64 MiB``).
 
 It is an estimate: fragmentation, CUDA context (~0.5-1 GB) and NCCL buffers
 come on top, so keep a margin of about 10%.
@@ -62,7 +62,7 @@ GiB = 1024**3
 _ZERO_BUCKET = 5e8  # DeepSpeed's reduce_bucket_size / allgather_bucket_size defaults
 _ZERO3_LIVE = 1e9  # DeepSpeed's stage3_max_live_parameters default
 _LOGIT_BYTES = 20  # per logit of one chunk: bf16 head out, fp32 logits, softmax, grads
-_SYNC_BUCKET = 256 * 2**20  # VLLMEngine's weight_bucket_mb default, in bytes
+_SYNC_BUCKET = 64 * 2**20  # VLLMEngine's weight_bucket_mb default, in bytes
 
 
 @dataclass(frozen=True)
@@ -314,7 +314,7 @@ def estimate_memory(
     estimate = MemoryEstimate(shape, gpus, gpu_bytes, parts, host)
     if stage == 3:  # built partitioned (deepspeed.zero.Init): a rank loads its shard
         host["loading weights"] = shape.num_params * w / gpus
-    host["weight sync (streamed)"] = 2 * _SYNC_BUCKET
+    host["weight sync (streamed)"] = 2 * _SYNC_BUCKET + shape.embedding_params * w
     if rollout.engine == "vllm":
         _vllm_share(estimate, config, shape, w)
     else:

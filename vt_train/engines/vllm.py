@@ -22,7 +22,7 @@ How it maps the protocol:
   stream of ``(name, tensor)`` pairs (Hugging Face names), pauses the
   scheduler (in-flight requests are kept and their caches dropped, so no KV
   computed with old weights survives), sends them to every worker in buckets
-  of ``weight_bucket_mb`` through ``collective_rpc`` — vLLM serializes the
+  of ``weight_bucket_mb`` (64) through ``collective_rpc`` — vLLM serializes the
   tensor buffers; nothing is written to disk — where
   :class:`~vt_train.engines.vllm_weights.WeightReceiver` (vLLM's
   ``worker_extension_cls``) loads them with the model's own
@@ -173,7 +173,7 @@ class VLLMEngine(RolloutEngine):
         tokenizer_path: str | os.PathLike[str] | None = None,
         logprobs_mode: str = "processed_logprobs",
         devices: Sequence[int] = (),
-        weight_bucket_mb: float = 256,
+        weight_bucket_mb: float = 64,
         **engine_kwargs: Any,
     ):
         vllm = _import_vllm()

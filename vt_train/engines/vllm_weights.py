@@ -46,11 +46,16 @@ def pack(name: str, tensor: Any) -> Packed:
 
 
 def unpack(packed: Packed) -> tuple[str, Any]:
-    """:func:`pack`'s ``(name, tensor)`` back (a fresh, writable tensor)."""
+    """:func:`pack`'s ``(name, tensor)`` back: a read-only view of the received bytes (no
+    copy; a model's loader copies it into its parameter)."""
+    import warnings
+
     import torch
 
     name, dtype, shape, data = packed
-    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    with warnings.catch_warnings():  # "the given buffer is not writable": it is not written
+        warnings.simplefilter("ignore", UserWarning)
+        raw = torch.frombuffer(data, dtype=torch.uint8)
     return name, raw.view(getattr(torch, dtype)).reshape(shape)
 
 
