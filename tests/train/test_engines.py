@@ -464,3 +464,59 @@ async def test_unseeded_rows_share_the_engines_generator_reproducibly():
 def test_sampling_params_out_of_range_are_refused(bad):
     with pytest.raises(InvalidConfigError, match="SamplingParams"):
         SamplingParams(**bad)
+
+
+def test_the_growing_cache_layer_appends_in_place_and_holds_what_dynamic_layer_does():
+    from transformers.cache_utils import DynamicLayer
+
+    from vt_train.engines.hf import _GrowingLayer
+
+    torch.manual_seed(0)
+    ours, theirs = _GrowingLayer(), DynamicLayer()
+
+    def step(positions: int, rows: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+        k, v = torch.randn(rows, 2, positions, 4), torch.randn(rows, 2, positions, 4)
+        got, want = ours.update(k, v), theirs.update(k, v)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert ours.get_seq_length() == theirs.get_seq_length()
+        return got
+
+    prefill = step(5)
+    before = prefill[0].clone()
+    buffers = []
+    for _ in range(40):  # decode steps: written into the room, no copy of the cache
+        step(1)
+        if not buffers or buffers[-1] != ours.room[0].data_ptr():
+            buffers.append(ours.room[0].data_ptr())
+    assert len(buffers) == 2  # 5 + 40 positions: one move to a larger buffer
+    assert torch.equal(prefill[0], before)  # positions already returned are never rewritten
+    ours.batch_select_indices(torch.tensor([2, 0]))  # a row left the batch
+    theirs.batch_select_indices(torch.tensor([2, 0]))
+    step(1, rows=2)
+    ours.keys, ours.values = theirs.keys.clone(), theirs.values.clone()  # replaced by a caller
+    step(1, rows=2)
+    ours.crop(-3)
+    theirs.crop(-3)
+    step(2, rows=2)
+
+
+@pytest.mark.asyncio
+async def test_a_sliding_window_model_keeps_its_own_cache_layers():
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=TOK.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, use_sliding_window=True,
+        sliding_window=4, max_window_layers=1,
+    )  # fmt: skip
+    engine = HFEngine(Qwen2ForCausalLM(config).eval(), TOK)
+    assert [type(layer).__name__ for layer in engine._new_cache().layers] == [
+        "DynamicLayer", "DynamicSlidingWindowLayer",
+    ]  # fmt: skip
+    assert {type(layer).__name__ for layer in HFEngine(tiny_qwen2(), TOK)._new_cache().layers} == {
+        "_GrowingLayer"
+    }
+    params = SamplingParams(max_new_tokens=6, temperature=0.0)
+    batched = await gather(engine, PROMPTS, params)
+    for prompt, gen in zip(PROMPTS, batched):
+        alone = await engine.generate(prompt, params)
+        assert gen.token_ids == alone.token_ids

@@ -87,6 +87,62 @@ async def test_prompts_admitted_together_prefill_their_shared_prefix_once(model,
     assert fresh.prefill_tokens == sum(len(p) for prompts, _ in theirs for p in prompts)
 
 
+def kept_length(prompt: list[int], kept: list[list[int]]) -> int:
+    """How many leading ids of ``prompt`` the longest-matching kept sequence covers
+    (at least one id is left to prefill)."""
+    best = 0
+    for ids in kept:
+        n = 0
+        while n < min(len(ids), len(prompt) - 1) and ids[n] == prompt[n]:
+            n += 1
+        best = max(best, n)
+    return best
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+async def test_rows_continuing_different_kept_prefixes_prefill_in_one_forward(model, temperature):
+    """One admission: rows continuing four different kept entries of different lengths,
+    two rows continuing one entry from the same point, one departing from an entry
+    early (same entry, shorter kept part) and two fresh prompts. The hits prefill in
+    one forward ([left padding | kept prefix | padding | rest] per row), the fresh rows
+    in another, and every row samples what the engine without a cache does."""
+    firsts = [[5, 6, 7, 8, 9], [100] * 12, [3, 1, 4, 1, 5, 9, 2, 6], [42]]
+    lengths = [3, 7, 5, 2]  # tokens generated at turn 1: kept entries of different lengths
+
+    async def turns(engine):
+        params = [
+            SamplingParams(max_new_tokens=n, temperature=temperature, seed=n) for n in lengths
+        ]
+        done = await asyncio.gather(*[engine.generate(f, p) for f, p in zip(firsts, params)])
+        kept = [f + d.token_ids[:-1] for f, d in zip(firsts, done)]
+        prompts = [f + d.token_ids + obs for f, d, obs in zip(firsts, done, OBSERVATIONS)]
+        prompts.append(firsts[1] + done[1].token_ids + [7, 7, 7, 7, 7, 7, 7, 7, 7])
+        prompts.append(firsts[2] + done[2].token_ids[:1] + [99, 98])  # departs early
+        prompts += [[77, 78, 79], [200] * 7]  # no entry starts with 77 or 200: fresh
+        before = len(engine.batch_sizes)
+        params = [
+            SamplingParams(max_new_tokens=4, temperature=temperature, seed=10 + i)
+            for i in range(len(prompts))
+        ]
+        gens = await asyncio.gather(*[engine.generate(p, s) for p, s in zip(prompts, params)])
+        return done, kept, prompts, gens, engine.batch_sizes[before:]
+
+    cached = HFEngine(model, TOK, max_batch_size=16)
+    fresh = HFEngine(model, TOK, max_batch_size=16, prefix_cache_mb=0)
+    ours, theirs = await turns(cached), await turns(fresh)
+    assert ours[2] == theirs[2]  # the same prompts: turn 1 sampled the same
+    same_samples([(None, ours[0]), (None, ours[3])], [(None, theirs[0]), (None, theirs[3])])
+    done, kept, prompts, gens, admitted = ours
+    assert admitted == [6, 2]  # one forward for every hit, one for the fresh prompts
+    expected = [kept_length(prompt, kept) for prompt in prompts]
+    assert [g.metrics["cached_tokens"] for g in gens] == expected
+    assert len(set(expected[:6])) >= 4 and expected[1] == expected[4] and expected[6:] == [0, 0]
+    assert expected[5] == len(firsts[2]) + 1
+    for prompt, gen, n in zip(prompts, gens, expected):
+        assert gen.metrics["prefill_tokens"] == len(prompt) - n
+
+
 @pytest.mark.asyncio
 async def test_a_prompt_that_departs_from_a_kept_one_reuses_the_common_part(model):
     params = SamplingParams(max_new_tokens=5, temperature=0.0)
