@@ -20,7 +20,10 @@ re-encoded). Three sides, in one process, alternating order over
   counted in blocks).
 
 Reported per side (medians over rounds): wall time of the whole set of
-episodes, prefill tokens per episode, generated tokens per second. The model
+episodes, the process's CPU time meanwhile (on a machine shared with other
+jobs the CPU time is the steadier comparison: waiting for a core does not
+count; not for the vllm side, whose engine runs in other processes), prefill
+tokens per episode, generated tokens per second. The model
 is a packaged model's name (default ``smollm2-135m-instruct``), a model
 directory, or ``tiny`` (a tiny random Qwen2, for tests).
 """
@@ -180,7 +183,7 @@ def run_multiturn(cfg: MultiTurnConfig) -> dict[str, Any]:
     for r in range(cfg.rounds):
         order = sides if r % 2 == 0 else sides[::-1]
         for side in order:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             if side == VLLM_SIDE:
                 prefill, generated = _vllm_side(llm, cfg, vocab)
             elif side == "generate":
@@ -189,9 +192,9 @@ def run_multiturn(cfg: MultiTurnConfig) -> dict[str, Any]:
                 mb = 0 if side == "re-prefill" else 1024
                 engine = HFEngine(model, tokenizer, max_batch_size=cfg.episodes, prefix_cache_mb=mb)
                 prefill, generated = asyncio.run(_engine_side(engine, cfg, vocab))
-            wall = time.perf_counter() - start
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
             runs[side].append(
-                {"wall_s": wall, "prefill_per_episode": prefill / cfg.episodes,
+                {"wall_s": wall, "cpu_s": cpu, "prefill_per_episode": prefill / cfg.episodes,
                  "generated_per_s": generated / wall},
             )  # fmt: skip
     if scratch is not None:
@@ -205,16 +208,19 @@ def run_multiturn(cfg: MultiTurnConfig) -> dict[str, Any]:
 
 def render(report: dict[str, Any]) -> str:
     c, sides = report["config"], report["sides"]
-    base = sides["re-prefill"]["wall_s"]
+    base, base_cpu = sides["re-prefill"]["wall_s"], sides["re-prefill"]["cpu_s"]
     lines = [
-        "| side | wall (s) | prefill tokens / episode | generated tokens/s | vs re-prefill |",
-        "|---|---:|---:|---:|---:|",
+        "| side | wall (s) | vs re-prefill | CPU (s) | vs re-prefill (CPU) | "
+        "prefill tokens / episode | generated tokens/s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for side in sides:
         s = sides[side]
+        cpu = "n/a" if side == VLLM_SIDE else f"{s['cpu_s']:.1f}"
+        cpu_ratio = "n/a" if side == VLLM_SIDE else f"{base_cpu / s['cpu_s']:.2f}x"
         lines.append(
-            f"| {side} | {s['wall_s']:.1f} | {s['prefill_per_episode']:,.0f} | "
-            f"{s['generated_per_s']:,.1f} | {base / s['wall_s']:.2f}x |"
+            f"| {side} | {s['wall_s']:.1f} | {base / s['wall_s']:.2f}x | {cpu} | {cpu_ratio} | "
+            f"{s['prefill_per_episode']:,.0f} | {s['generated_per_s']:,.1f} |"
         )
     lines += [
         "",
