@@ -520,3 +520,25 @@ async def test_a_sliding_window_model_keeps_its_own_cache_layers():
     for prompt, gen in zip(PROMPTS, batched):
         alone = await engine.generate(prompt, params)
         assert gen.token_ids == alone.token_ids
+
+
+def test_update_weights_copies_a_stream_and_consumes_it_all_before_naming_a_mismatch():
+    """The trainer streams weights (under ZeRO-3 every rank's gathers sit behind the
+    stream), so the engine copies each tensor as it comes and, on a wrong name, still
+    reads the stream to its end before it raises."""
+    engine = HFEngine(tiny_qwen2(0), TOK, prefix_cache_mb=0)
+    trained = tiny_qwen2(1).state_dict()
+    engine.update_weights((name, tensor) for name, tensor in trained.items())
+    assert engine.weights_version == 1
+    for name, tensor in engine.model.state_dict().items():
+        torch.testing.assert_close(tensor, trained[name], rtol=0, atol=0, msg=name)
+    read = []
+
+    def renamed():
+        for name, tensor in trained.items():
+            read.append(name)
+            yield ("model.norm.scale" if name == "model.norm.weight" else name), tensor
+
+    with pytest.raises(InvalidConfigError, match=r"missing \['model.norm.weight'\], unexpected"):
+        engine.update_weights(renamed())
+    assert read == list(trained) and engine.weights_version == 1

@@ -41,7 +41,7 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -719,6 +719,35 @@ class HFEngine(RolloutEngine):
                 target.copy_(tensor)
             if self._prefix is not None:  # kept caches belong to the old weights
                 self._prefix.clear()
+        self.weights_version += 1
+
+    def update_weights(self, weights: Iterable[tuple[str, Any]]) -> None:
+        """Copy each ``(name, tensor)`` into the model as it arrives (no second copy of
+        the model is ever held). The whole stream is consumed even when a name is wrong
+        (the trainer's gathers behind it are collectives every rank must finish); then
+        :class:`InvalidConfigError` names the missing and unexpected keys."""
+        own = self.model.state_dict()
+        seen: set[str] = set()
+        unexpected: list[str] = []
+        with self._model_lock, torch.no_grad():
+            for name, tensor in weights:
+                target = own.get(name)
+                if target is None:
+                    unexpected.append(name)
+                    continue
+                if not isinstance(tensor, torch.Tensor):
+                    tensor = torch.as_tensor(tensor)
+                target.copy_(tensor)
+                seen.add(name)
+            if self._prefix is not None:  # kept caches belong to the old weights
+                self._prefix.clear()
+        missing = sorted(set(own) - seen - _tied_keys(self.model))
+        if unexpected or missing:
+            raise InvalidConfigError(
+                f"HFEngine.update_weights: the weights do not match the model (missing "
+                f"{missing[:5]}, unexpected {unexpected[:5]}); stream every parameter of the "
+                "same architecture under its Hugging Face name (no 'module.' prefix)"
+            )
         self.weights_version += 1
 
     def score(
