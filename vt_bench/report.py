@@ -47,6 +47,8 @@ PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rollout-speed", ("--trajectories", "64")),
     ("generation-speed", ("--rounds", "5")),
     ("multiturn-speed", ("--episodes", "4", "--turns", "8")),
+    ("sync-speed", ("--rounds", "3")),
+    ("zero3-memory", ()),
     ("trainer-speed", ("--steps", "3")),
     ("server-speed", ("--steps", "200", "--calls", "2000")),
 )
