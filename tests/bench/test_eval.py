@@ -100,17 +100,110 @@ def test_an_endpoint_that_fails_for_a_while_is_retried(tmp_path):
     assert summary["envs"]["VT-Lookup-v0"]["episodes"] == 2 and model.requests == 6
 
 
-def test_a_rollout_the_endpoint_gives_up_on_is_recorded_and_the_run_goes_on(tmp_path):
+def test_rollouts_the_endpoint_gives_up_on_fail_the_run_and_resume_plays_them_again(
+    tmp_path, capsys
+):
+    """The run goes on past them, but they are no score: no accuracy for the env, exit 1
+    naming how many failed and why; `--resume` plays exactly those again."""
     model = FakeModel()
     model.fail_next = 2 * 4  # every attempt (1 + 3 retries) of the first two rollouts
+    out = tmp_path / "run"
     with FakeEndpoint(model) as url:
-        summary = _eval("VT-Lookup-v0", "--policy", f"openai:{url}", "--model", "fake",
-                        "--api", "chat", "--tasks", "4", "--concurrency", "1",
-                        "--out", str(tmp_path / "run"))  # fmt: skip
-    m = summary["envs"]["VT-Lookup-v0"]
-    assert m["episodes"] == 4 and m["errors"] == 2 and m["truncations"] == {"error": 2}
-    failed = [r for r in _records(tmp_path / "run") if r["error"]]
-    assert len(failed) == 2 and all("EndpointError" in r["error"] for r in failed)
+        argv = ["eval", "VT-Lookup-v0", "--policy", f"openai:{url}", "--model", "fake",
+                "--api", "chat", "--tasks", "4", "--concurrency", "1", "--no-progress"]  # fmt: skip
+        assert vt_bench([*argv, "--out", str(out)]) == 1
+        printed = capsys.readouterr()
+        assert "2 of 4 rollouts failed" in printed.err and "EndpointError" in printed.err
+        assert f"--resume {out}" in printed.err
+        m = json.loads((out / "summary.json").read_text())["envs"]["VT-Lookup-v0"]
+        assert m["status"] == "failed" and m["failed"] == 2 and "accuracy" not in m
+        assert "HTTP 503" in m["first_error"]
+        assert "| VT-Lookup-v0 | not scored: 2 of 4 rollouts failed" in printed.out
+        records = _records(out)
+        assert len(records) == 4 and sum(r["error"] is not None for r in records) == 2
+        before = model.requests
+        assert vt_bench(["eval", "--resume", str(out), "--no-progress"]) == 0
+    assert model.requests - before == 2 * 2  # the two failed rollouts, 2 requests each
+    m = json.loads((out / "summary.json").read_text())["envs"]["VT-Lookup-v0"]
+    assert m["status"] == "complete" and m["episodes"] == 4 and m["errors"] == 0
+    assert "accuracy" in m and m["truncations"] == {}
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_an_endpoint_that_is_down_exits_non_zero_without_an_accuracy(tmp_path, api, capsys):
+    """A closed port: every rollout fails, the command says so and exits 1; nothing reads
+    as accuracy 0.000; once the endpoint is up, `--resume` plays every rollout."""
+    model = FakeModel(wrong_every=10**9)
+    endpoint = FakeEndpoint(model)  # its port is chosen, nothing listens on it yet
+    url = f"http://127.0.0.1:{endpoint.port}/v1"
+    out = tmp_path / "run"
+    code = vt_bench(["eval", "VT-Lookup-v0", "--policy", f"openai:{url}", "--model", "fake",
+                     "--api", api, "--tasks", "3", "--out", str(out), "--no-progress"])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 1
+    assert "3 of 3 rollouts failed" in printed.err and "ConnectError" in printed.err
+    assert "0.000" not in printed.out and "not scored" in printed.out
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["envs"]["VT-Lookup-v0"]) == {"status", "episodes", "failed", "first_error"}
+    assert all("EndpointError" in r["error"] for r in _records(out))
+    with endpoint:
+        assert vt_bench(["eval", "--resume", str(out), "--no-progress"]) == 0
+    m = json.loads((out / "summary.json").read_text())["envs"]["VT-Lookup-v0"]
+    assert m["episodes"] == 3 and m["accuracy"] == 1.0
+    assert [r["error"] for r in _records(out)][-3:] == [None] * 3
+
+
+def test_env_kwargs_per_env_id_reach_that_env_only_and_survive_resume(tmp_path):
+    """`--env-kwargs ID=JSON` applies to that env id (a Math-only keyword does not abort
+    the Lookup env), over the plain JSON ones for every env; kept in config.json."""
+    out = tmp_path / "run"
+    _eval("VT-Lookup-v0", "VT-Math-v0", "--policy", "oracle", "--tasks", "4",
+          "--env-kwargs", '{"max_turns": 3}',
+          "--env-kwargs", 'VT-Math-v0={"families": ["modpow"]}', "--out", str(out))  # fmt: skip
+    config = json.loads((out / "config.json").read_text())
+    assert config["env_kwargs"] == {"max_turns": 3}
+    assert config["env_kwargs_by_id"] == {"VT-Math-v0": {"families": ["modpow"]}}
+    math = [r for r in _records(out) if r["env_id"] == "VT-Math-v0"]
+    assert len(math) == 4 and {r["kind"] for r in math} == {"modpow"}
+    # --resume rebuilds the envs from config.json: a replayed Math rollout is modpow too.
+    lines = (out / "rollouts.jsonl").read_text().splitlines()
+    kept = [line for line in lines if '"VT-Math-v0"' not in line]
+    (out / "rollouts.jsonl").write_text("".join(line + "\n" for line in kept))
+    resumed = _eval("--resume", str(out))
+    assert resumed["envs"]["VT-Math-v0"]["accuracy"] == 1.0
+    assert {r["kind"] for r in _records(out) if r["env_id"] == "VT-Math-v0"} == {"modpow"}
+    from vt_envs.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="does not play"):
+        vt_bench(["eval", "VT-Lookup-v0", "--policy", "oracle", "--out", str(tmp_path / "x"),
+                  "--env-kwargs", 'VT-Math-v0={"families": ["modpow"]}'])  # fmt: skip
+    with pytest.raises(InvalidConfigError, match="ID=JSON"):
+        vt_bench(["eval", "VT-Lookup-v0", "--policy", "oracle", "--out", str(tmp_path / "y"),
+                  "--env-kwargs", "max_turns=3"])  # fmt: skip
+
+
+def test_records_carry_the_task_kind_and_the_report_breaks_results_down_by_it(tmp_path):
+    """Each record names its task's family/kind (VT-Math-v0: the generator's family) and
+    metadata; summary.json and REPORT.md give reward and accuracy per kind per env."""
+    out = tmp_path / "run"
+    summary = _eval("VT-Lookup-v0", "VT-Math-v0", "--policy", "oracle", "--tasks", "12",
+                    "--out", str(out))  # fmt: skip
+    records = _records(out)
+    math = [r for r in records if r["env_id"] == "VT-Math-v0"]
+    assert (
+        all(r["kind"] == r["task"]["family"] for r in math) and len({r["kind"] for r in math}) > 1
+    )
+    assert all(r["kind"] is None for r in records if r["env_id"] == "VT-Lookup-v0")
+    kinds = summary["envs"]["VT-Math-v0"]["kinds"]
+    assert set(kinds) == {r["kind"] for r in math}
+    for kind, m in kinds.items():
+        mine = [r for r in math if r["kind"] == kind]
+        assert m["episodes"] == len(mine) and m["accuracy"] == 1.0 and m["tasks"] == len(mine)
+    assert summary["envs"]["VT-Lookup-v0"]["kinds"] == {}
+    report = (out / "REPORT.md").read_text()
+    assert "Per kind, `VT-Math-v0`" in report and "Per kind, `VT-Lookup-v0`" not in report
+    first = sorted(kinds)[0]
+    assert f"| {first} | {kinds[first]['episodes']} |" in report
 
 
 def test_a_token_in_env_kwargs_is_refused():

@@ -21,6 +21,7 @@ __all__ = [
     "pass_at_k",
     "pass_at_k_curve",
     "summarize_env",
+    "summarize_kinds",
     "wilson_interval",
 ]
 
@@ -85,7 +86,8 @@ def summarize_env(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
     Records are read in ``(task_id, sample)`` order, so the result does not depend on
     the order rollouts finished in. Rollouts that raised (``error`` set) count as
-    reward 0 and are reported in ``errors``.
+    reward 0 and are reported in ``errors`` (the runner scores only env ids without
+    any). ``kinds``: :func:`summarize_kinds`.
     """
     rows = sorted(records, key=lambda r: (r["task_id"], r["sample"]))
     n = len(rows)
@@ -122,6 +124,7 @@ def summarize_env(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             sorted(Counter(r["truncation"] or "none" for r in rows if r["truncated"]).items())
         ),
         "errors": sum(r.get("error") is not None for r in rows),
+        "kinds": summarize_kinds(rows),
         # Wall-clock figures: they differ between runs, unlike everything above.
         "timing": {
             "tool_latency_p50_ms": percentile(latencies, 0.5) * 1e3 if latencies else 0.0,
@@ -131,3 +134,28 @@ def summarize_env(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             else 0.0,
         },
     }
+
+
+def summarize_kinds(records: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Reward and accuracy per task kind (a record's ``kind``: the task's family or kind,
+    see :func:`vt_bench.evals.runner.task_kind`), kinds sorted; ``{}`` when no record
+    names one. Records without a kind are grouped under ``"(none)"``."""
+    rows = list(records)
+    if not any(r.get("kind") is not None for r in rows):
+        return {}
+    groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[str(r["kind"]) if r.get("kind") is not None else "(none)"].append(r)
+    out = {}
+    for kind in sorted(groups):
+        group = groups[kind]
+        rewards = [float(r["reward"]) for r in group]
+        correct = sum(bool(r["correct"]) for r in group)
+        out[kind] = {
+            "episodes": len(group),
+            "tasks": len({r["task_id"] for r in group}),
+            "mean_reward": statistics.fmean(rewards),
+            "accuracy": correct / len(group),
+            "accuracy_ci95": list(wilson_interval(correct, len(group))),
+        }
+    return out

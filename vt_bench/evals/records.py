@@ -4,11 +4,15 @@ One line of ``rollouts.jsonl`` per finished rollout, appended, flushed and
 ``fsync``-ed as the rollout finishes, so a run killed at any point keeps every
 rollout that finished before it. A line cut off by the kill (the last one) is
 ignored when the file is read back; ``--resume`` then runs only the
-``(env_id, task_id, sample)`` keys that are missing.
+``(env_id, task_id, sample)`` keys that are missing or failed (``error`` set);
+a replayed rollout's line comes later and wins.
 
 A record (a JSON object)::
 
     env_id, task_id, sample, seed, policy    what ran (seed: the evaluation's)
+    kind, task                                the task's kind or family (``None`` when
+                                              its metadata names none; see
+                                              ``runner.task_kind``) and its metadata
     rollout_index, reset_seed                 its place in the plan; the seed of its reset
     reward, correct, reward_parts             the outcome (correct: reward_parts
                                               ["outcome"] >= 1, the verifier's own)
@@ -24,6 +28,9 @@ A record (a JSON object)::
     token_ids                                 every id in order (token-level policies)
     elapsed_s                                 wall time of the rollout
     error                                     the exception, when the rollout raised
+                                              instead of ending (the endpoint, an engine
+                                              or the env failed): not a score; ``None``
+                                              otherwise
 """
 
 from __future__ import annotations

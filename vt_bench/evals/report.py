@@ -3,7 +3,10 @@
 Plots (PNG, next to the report): ``reward_by_env.png`` (mean reward and
 accuracy per env with 95% intervals), ``pass_at_k.png`` (pass@k curves),
 ``turns.png`` (turns per episode) and ``tool_usage.png`` (calls per episode
-by tool).
+by tool). An env id whose rollouts failed (``status: "failed"``) has no
+figures: its row says how many failed and the first error, and it is left
+out of the plots. Each scored env id whose tasks name a kind gets a
+"Per kind" table (reward and accuracy per task family / kind).
 """
 
 from __future__ import annotations
@@ -23,10 +26,16 @@ def _interval(m: Mapping[str, Any], key: str) -> str:
     return f"{m[key]:.3f} [{low:.3f}, {high:.3f}]"
 
 
+def _scored(envs: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The env ids with metrics (not ``status: "failed"``)."""
+    return {e: m for e, m in envs.items() if m.get("status") != "failed"}
+
+
 def render_markdown(summary: Mapping[str, Any]) -> str:
-    config, envs = summary["config"], summary["envs"]
+    config, every = summary["config"], summary["envs"]
+    envs = _scored(every)
     ks = sorted({int(k) for m in envs.values() for k in m["pass_at_k"]})
-    shown = [k for k in ks if k in (1, 2, 4, 8, 16, 32, 64) or k == ks[-1]]
+    shown = [k for k in ks if k in (1, 2, 4, 8, 16, 32, 64) or k == ks[-1]] or [1]
     lines = [
         f"# Evaluation: {summary['policy']}",
         "",
@@ -57,6 +66,13 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             f"{m['tool_error_rate']:.1%} | {m['mean_tokens_in']:.0f} / "
             f"{m['mean_tokens_out']:.0f} |"
         )
+    for env_id, m in every.items():
+        if env_id not in envs:
+            error = " ".join(m["first_error"].split())[:300].replace("|", "\\|")
+            lines.append(
+                f"| {env_id} | not scored: {m['failed']} of {m['episodes']} rollouts failed "
+                f"(first: {error}) |" + " |" * (7 + len(shown))
+            )
     for env_id, reason in summary.get("skipped", {}).items():
         lines.append(f"| {env_id} | not played: {reason.split(':')[0]} |" + " |" * (7 + len(shown)))
     lines += [
@@ -75,6 +91,9 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     for env_id, m in envs.items():
         if m.get("domains"):
             lines += ["", f"Per domain, `{env_id}`:", "", *_domain_table(m["domains"])]
+    for env_id, m in envs.items():
+        if m.get("kinds"):
+            lines += ["", f"Per kind, `{env_id}`:", "", *_kind_table(m["kinds"])]
     lines += ["", *(f"![{p[:-4]}]({p})" for p in PLOTS), ""]
     lines += [
         f"Machine: Python {platform.python_version()}, {platform.platform()}. Every rollout "
@@ -102,6 +121,17 @@ def _domain_table(domains: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return rows
 
 
+def _kind_table(kinds: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One row per task kind / family: episodes, tasks, mean reward, accuracy."""
+    rows = ["| kind | episodes | tasks | mean reward | accuracy |", "|---|---:|---:|---:|---|"]
+    for kind, m in kinds.items():
+        rows.append(
+            f"| {kind} | {m['episodes']} | {m['tasks']} | {m['mean_reward']:.3f} | "
+            f"{_interval(m, 'accuracy')} |"
+        )
+    return rows
+
+
 def _counts(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items()) or "-"
 
@@ -114,7 +144,7 @@ def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    envs = summary["envs"]
+    envs = _scored(summary["envs"])
     names = list(envs)
     short = [n.removeprefix("VT-").removesuffix("-v0") for n in names]
     x = range(len(names))
@@ -145,7 +175,8 @@ def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
     ax.set_ylim(0, 1.05)
     ax.set_title("pass@k")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if names:
+        ax.legend(fontsize=8)
     _save(fig, paths[1], plt)
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
@@ -164,7 +195,8 @@ def write_plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
     ax.set_xlabel("turns per episode")
     ax.set_ylabel("share of episodes")
     ax.set_title("Turns")
-    ax.legend(fontsize=8)
+    if names:
+        ax.legend(fontsize=8)
     _save(fig, paths[2], plt)
 
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(names) + 2), 3.8))

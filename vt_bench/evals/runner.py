@@ -9,6 +9,14 @@ with ``--resume``), at most ``concurrency`` at a time per env id, appending
 each record as it finishes. The summary, report and plots are computed from
 the records alone, so a resumed run ends with the same ``summary.json`` as
 an uninterrupted one (wall-clock figures, under ``timing``, aside).
+
+A rollout that raised instead of ending (the endpoint unreachable or refusing,
+an engine or env crash, an env that cannot be built: never the policy's own
+mistakes, which are observations) is recorded with ``error`` set. Such a
+record is not a score: an env id with any failed rollout gets no metrics in
+the summary (``status: "failed"``, how many failed and the first error), the
+command exits non-zero, and ``--resume`` plays the failed rollouts again.
+Scoring only complete env ids keeps an outage from reading as accuracy 0.
 """
 
 from __future__ import annotations
@@ -32,7 +40,31 @@ from vt_envs.errors import InvalidConfigError, NoImageTokenError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvalConfig", "plan_tasks", "rollout_seed", "run_eval", "summarize"]
+__all__ = [
+    "KIND_KEYS",
+    "EvalConfig",
+    "failures",
+    "plan_tasks",
+    "rollout_seed",
+    "run_eval",
+    "summarize",
+    "task_kind",
+]
+
+# The task metadata keys that name a task's kind, first present wins: ``family``
+# (VT-Math-v0's generator, VT-Multi-v0), ``kind`` (VT-Visual-v0, VT-Search-v0,
+# VT-SWE-v0's mutation), ``template`` (VT-SQL-v0's question template), ``type``
+# (MATH's subject on user data). VT-Lookup-v0 and most user data have none.
+KIND_KEYS = ("family", "kind", "template", "type")
+
+
+def task_kind(metadata: Mapping[str, Any]) -> str | None:
+    """The task's kind or family (see :data:`KIND_KEYS`), or ``None``."""
+    for key in KIND_KEYS:
+        value = metadata.get(key)
+        if value is not None and value != "":
+            return str(value)
+    return None
 
 
 @dataclass
@@ -53,6 +85,9 @@ class EvalConfig:
         temperature, top_p, max_new_tokens, max_context: sampling (models only).
         concurrency: rollouts in flight per env id (sub-envs; model requests batch).
         env_kwargs: keywords for every env (``{"max_turns": 4}``).
+        env_kwargs_by_id: env id -> keywords for that env alone, over ``env_kwargs``
+            (``{"VT-Math-v0": {"families": ["modpow"]}}``); each id must be one the
+            run plays.
         skipped: env id -> why ``all`` left it out (an image env for a text-only
             model); filled by :func:`run_eval`.
     """
@@ -72,6 +107,7 @@ class EvalConfig:
     max_context: int | None = 4096
     concurrency: int = 8
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_kwargs_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -81,7 +117,14 @@ class EvalConfig:
                 raise InvalidConfigError(f"{name} must be an int >= 1, got {value!r}")
         if not self.env_ids:
             raise InvalidConfigError("give at least one env id (or 'all')")
-        if any("token" in key for key in self.env_kwargs):
+        for env_id, kwargs in self.env_kwargs_by_id.items():
+            if not isinstance(kwargs, dict):
+                raise InvalidConfigError(
+                    f"env_kwargs_by_id[{env_id!r}] must be a JSON object of keywords, "
+                    f"got {kwargs!r}"
+                )
+        every = [self.env_kwargs, *self.env_kwargs_by_id.values()]
+        if any("token" in key for kwargs in every for key in kwargs):
             raise InvalidConfigError(
                 "env_kwargs would write a token into config.json; give the tool server's "
                 "token in $VT_TOOL_SERVER_TOKEN instead"
@@ -107,11 +150,15 @@ def rollout_seed(seed: int, index: int, turn: int) -> int:
 def plan_tasks(tasks: Any, count: int, seed: int) -> list[str]:
     """``count`` task ids of ``tasks`` (a task source), drawn without replacement with
     ``seed`` and kept in source order; all of them when it has no more."""
+    return [task.id for task in _planned(tasks, count, seed)]
+
+
+def _planned(tasks: Any, count: int, seed: int) -> list[Any]:
     size = len(tasks)
     if count >= size:
-        return [tasks[i].id for i in range(size)]
+        return [tasks[i] for i in range(size)]
     chosen = np.random.default_rng(seed).choice(size, size=count, replace=False)
-    return [tasks[int(i)].id for i in sorted(chosen)]
+    return [tasks[int(i)] for i in sorted(chosen)]
 
 
 # ---------------------------------------------------------------- records
@@ -243,7 +290,7 @@ async def _run_text(
 ) -> None:
 
     width = min(config.concurrency, len(plan))
-    envs = [make_env(env_id, wrapped=True, **_env_kwargs(config)) for _ in range(width)]
+    envs = [make_env(env_id, wrapped=True, **_env_kwargs(config, env_id)) for _ in range(width)]
     free: asyncio.Queue[Any] = asyncio.Queue()
     for env in envs:
         free.put_nowait(env)
@@ -272,8 +319,8 @@ def _failed_record(
     config: EvalConfig, env_id: str, task_id: str, sample: int, index: int,
     exc: BaseException, start: float,
 ) -> dict[str, Any]:  # fmt: skip
-    """A rollout that raised: reward 0, counted in ``errors``; ``--resume`` keeps it (delete
-    its line from ``rollouts.jsonl`` to play it again)."""
+    """A rollout that raised (``error``: the exception): not a score; its env id gets no
+    metrics and ``--resume`` plays it again."""
     record = _record(
         env_id, task_id, sample, config.seed, config.spec.label(), rollout_index=index,
         reset_seed=rollout_seed(config.seed, index, -1), reward=0.0, reward_parts={},
@@ -312,7 +359,7 @@ async def _run_tokens(
     from vt_train.rollout import stream
 
     width = min(config.concurrency, len(missing))
-    venv = ToolVectorEnv([make_env(env_id, **_env_kwargs(config)) for _ in range(width)])
+    venv = ToolVectorEnv([make_env(env_id, **_env_kwargs(config, env_id)) for _ in range(width)])
     tokenizer = venv.envs[0].unwrapped.tokenizer
     sampling = SamplingParams(
         max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p
@@ -367,8 +414,8 @@ def _engine(config: EvalConfig) -> Any:
     return CompletionsEngine(client, spec.model, load_tokenizer(tokenizer))
 
 
-def _env_kwargs(config: EvalConfig) -> dict[str, Any]:
-    kwargs = {"split": config.split, **config.env_kwargs}
+def _env_kwargs(config: EvalConfig, env_id: str) -> dict[str, Any]:
+    kwargs = {"split": config.split, **config.env_kwargs, **config.env_kwargs_by_id.get(env_id, {})}
     tokenizer = config.env_tokenizer()
     if tokenizer is not None:
         kwargs.setdefault("tokenizer", tokenizer)
@@ -442,23 +489,50 @@ def make_env(env_id: str, *, wrapped: bool = False, **kwargs: Any) -> Any:
     return gym.make(env_id, **kwargs) if wrapped else vt_envs.make(env_id, **kwargs)
 
 
-def _plan_env(env_id: str, config: EvalConfig) -> list[str]:
-    env = make_env(env_id, **_env_kwargs(config))
+def _plan_env(env_id: str, config: EvalConfig) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The env's planned task ids, and each one's ``{"kind", "task"}`` (its metadata)."""
+    env = make_env(env_id, **_env_kwargs(config, env_id))
     try:
-        return plan_tasks(env.tasks, config.tasks, config.seed)
+        tasks = _planned(env.tasks, config.tasks, config.seed)
+        facts = {}
+        for task in tasks:
+            metadata = _json_safe(dict(task.metadata))
+            facts[task.id] = {"kind": task_kind(metadata), "task": metadata}
+        return [task.id for task in tasks], facts
     finally:
         env.close()
 
 
+def _json_safe(value: Any) -> Any:
+    """``value`` as JSON would read it back (tuples as lists, other objects as text)."""
+    return json.loads(json.dumps(value, default=str))
+
+
 def summarize(records: Sequence[Mapping[str, Any]], config: EvalConfig) -> dict[str, Any]:
-    """``summary.json``: the config and each env id's metrics (from the records alone)."""
+    """``summary.json``: the config and each env id's metrics (from the records alone).
+
+    An env id with a failed rollout (``error`` set) is not scored: its entry is
+    ``{"status": "failed", "episodes", "failed", "first_error"}`` and nothing else.
+    """
     by_env: dict[str, list[Mapping[str, Any]]] = {e: [] for e in config.env_ids}
     for r in records:
         if r["env_id"] in by_env:
             by_env[r["env_id"]].append(r)
     envs = {}
     for env_id, rs in by_env.items():
-        envs[env_id] = summarize_env(rs)
+        failed = sorted(
+            (r for r in rs if r.get("error") is not None),
+            key=lambda r: (r.get("rollout_index", 0), r["task_id"], r["sample"]),
+        )
+        if failed:
+            envs[env_id] = {
+                "status": "failed",
+                "episodes": len(rs),
+                "failed": len(failed),
+                "first_error": str(failed[0]["error"]),
+            }
+            continue
+        envs[env_id] = {"status": "complete", **summarize_env(rs)}
         domains: dict[str, list[Mapping[str, Any]]] = {}
         for r in rs:
             domains.setdefault(str(r.get("domain") or env_id), []).append(r)
@@ -470,6 +544,18 @@ def summarize(records: Sequence[Mapping[str, Any]], config: EvalConfig) -> dict[
         "envs": envs,
         "skipped": dict(config.skipped),
     }
+
+
+def failures(summary: Mapping[str, Any]) -> tuple[int, int, str | None]:
+    """``(failed rollouts, rollouts, the first error)`` over a summary's env ids."""
+    failed = total = 0
+    first = None
+    for m in summary["envs"].values():
+        total += int(m["episodes"])
+        if m.get("status") == "failed":
+            failed += int(m["failed"])
+            first = first or m["first_error"]
+    return failed, total, first
 
 
 def run_eval(
@@ -487,10 +573,16 @@ def run_eval(
     out.mkdir(parents=True, exist_ok=True)
     every = list(config.env_ids) == ["all"]
     config.env_ids = _resolve_ids(config.env_ids)
-    plans = {}
+    unknown = sorted(set(config.env_kwargs_by_id) - set(config.env_ids))
+    if unknown:
+        raise InvalidConfigError(
+            f"--env-kwargs names {unknown}, which this run does not play; the env ids are "
+            f"{config.env_ids} (give ID=JSON with one of them, or plain JSON for every env)"
+        )
+    plans, facts = {}, {}
     for env_id in config.env_ids:
         try:
-            plans[env_id] = _plan_env(env_id, config)
+            plans[env_id], facts[env_id] = _plan_env(env_id, config)
         except NoImageTokenError as error:
             if not every:  # named explicitly: the user asked for it, so say why not
                 raise
@@ -507,7 +599,8 @@ def run_eval(
         )
     _write_atomically(saved, json.dumps(asdict(config), indent=2) + "\n")
     store = RecordFile(out / "rollouts.jsonl")
-    done = {record_key(r) for r in store.read()}
+    # A failed rollout (error set) is not done: it is played again.
+    done = {record_key(r) for r in store.read() if r.get("error") is None}
     todo = {
         env_id: [
             (t * config.samples + s, task_id, s)
@@ -519,12 +612,19 @@ def run_eval(
     }
     total = sum(len(p) for p in plans.values()) * config.samples
     bar = _progress(total, total - sum(map(len, todo.values())), progress)
-    scores: list[bool] = [bool(r["correct"]) for r in store.read()]
+    scores: list[bool] = [bool(r["correct"]) for r in store.read() if r.get("error") is None]
+    failed = 0
 
     def on_record(record: dict[str, Any]) -> None:
+        nonlocal failed
+        record.update(facts[record["env_id"]].get(record["task_id"], {"kind": None, "task": {}}))
         store.append(record)
-        scores.append(bool(record["correct"]))
         bar.update(1)
+        if record["error"] is not None:
+            failed += 1
+            bar.set_postfix(env=record["env_id"], failed=failed)
+            return
+        scores.append(bool(record["correct"]))
         bar.set_postfix(env=record["env_id"], acc=f"{sum(scores) / len(scores):.3f}")
 
     try:
@@ -548,21 +648,47 @@ async def _play(
     engine = _engine(config) if spec.token_level and any(todo.values()) else None
     try:
         for env_id, plan in todo.items():
-            if not plan:
-                continue
-            if engine is not None:
-                missing = [index for index, _, _ in plan]
-                await _run_tokens(env_id, config, plans[env_id], missing, engine, on_record)
-                continue
-            make_agent, client = _text_agents(config, env_id)
-            try:
-                await _run_text(env_id, config, plan, make_agent, on_record)
-            finally:
-                if client is not None:
-                    await client.aclose()
+            if plan:
+                await _play_env(config, env_id, plans[env_id], plan, engine, on_record)
     finally:
         if engine is not None:
             await engine.aclose()
+
+
+async def _play_env(
+    config: EvalConfig,
+    env_id: str,
+    task_ids: list[str],
+    plan: list[tuple[int, str, int]],
+    engine: Any,
+    on_record: Callable[[dict[str, Any]], None],
+) -> None:
+    """Play one env id's missing rollouts. When the env cannot be built or the engine
+    raises (which cancels the rollouts in flight), every rollout not recorded yet is
+    recorded as failed with that error, and the run goes on with the next env id."""
+    recorded: set[int] = set()
+
+    def keep(record: dict[str, Any]) -> None:
+        recorded.add(int(record["rollout_index"]))
+        on_record(record)
+
+    start = time.perf_counter()
+    try:
+        if engine is not None:
+            missing = [index for index, _, _ in plan]
+            await _run_tokens(env_id, config, task_ids, missing, engine, keep)
+            return
+        make_agent, client = _text_agents(config, env_id)
+        try:
+            await _run_text(env_id, config, plan, make_agent, keep)
+        finally:
+            if client is not None:
+                await client.aclose()
+    except Exception as exc:
+        logger.warning("vt-bench eval: %s stopped: %s: %s", env_id, type(exc).__name__, exc)
+        for index, task_id, sample in plan:
+            if index not in recorded:
+                on_record(_failed_record(config, env_id, task_id, sample, index, exc, start))
 
 
 def _write_atomically(path: Path, text: str) -> None:
