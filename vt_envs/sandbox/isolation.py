@@ -5,7 +5,8 @@ Layers, outermost first (``bwrap`` backend):
 - a new session and process group on the host (the unit of the timeout kill);
 - bubblewrap: new mount, pid, network, IPC and UTS namespaces; the host root
   bound read-only; ``/root`` and ``/home`` hidden (only the interpreter's own
-  directories re-bound); a size-capped private ``/tmp`` holding the work dir;
+  directories re-bound); a size-capped private ``/tmp`` holding the work dir,
+  writable by the code (mode 1777, as the unshare backend's);
   a minimal ``/dev``; the environment cleared; ``--die-with-parent`` so the
   sandbox dies with the host process;
 - as root: a cgroup per episode (memory and pids limits) where the machine
@@ -312,8 +313,13 @@ class Isolation:
                 # Without root, bwrap's own init (pid 1) runs as the caller's uid too:
                 # hide its /proc entry (memory, fds, environ) from the code inside.
                 *(() if self.as_root else ("--tmpfs", "/proc/1", "--remount-ro", "/proc/1")),
+                # /tmp is the sandbox's own, size-capped, and writable to the code in it
+                # (sticky, like a host's /tmp; bwrap's default is 0755, owned by a uid
+                # that is not the code's), as the unshare backend's /tmp already is.
                 "--size",
                 str(self.policy.workdir_mb << 20),
+                "--perms",
+                "1777",
                 "--tmpfs",
                 "/tmp",
             ]

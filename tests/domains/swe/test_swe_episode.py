@@ -93,3 +93,49 @@ def test_a_fix_left_unsubmitted_is_graded_at_truncation(task):
     _, reward, _, truncated, info = ungraded.step(_call("editor", command="view", path="."))
     assert truncated and reward == 0.0 and "verifier_parts" not in info
     ungraded.close()
+
+
+def _bash(env, command):
+    obs, *_ = env.step(_call("bash", command=command))
+    return obs["text"]
+
+
+def test_tmp_is_writable_in_the_agents_sandbox_and_empty_next_episode():
+    """The README's promise: besides the copy, /tmp is the agent's (its own size-capped
+    tmpfs); what an episode leaves there is gone in the next."""
+    import gymnasium as gym
+
+    import vt_envs  # noqa: F401  (registers the ids)
+
+    env = gym.make("VT-SWE-v0", split="test")
+    try:
+        env.reset(seed=0)
+        text = _bash(env, "echo kept > /tmp/note.txt; cat /tmp/note.txt; df -k /tmp | tail -1")
+        assert "kept\n" in text and "[exit code 0]" in text and "Permission denied" not in text
+        assert "\ntmpfs " in text  # its own filesystem, size-capped
+        env.reset(seed=1)
+        assert "note.txt" not in _bash(env, "ls -A /tmp")
+    finally:
+        env.close()
+
+
+def test_the_oracles_test_run_writes_its_log_to_tmp_and_passes():
+    """SWEOracle runs `pytest > /tmp/pytest.txt; echo $?`: the run must really happen
+    (exit status 0, the log there), not fail on the redirect unnoticed."""
+    import gymnasium as gym
+
+    import vt_envs
+    from vt_envs.domains.swe.oracle import SWEOracle
+
+    env = gym.make("VT-SWE-v0", split="test")
+    try:
+        result = vt_envs.run_episode(env, SWEOracle(), seed=0)
+        assert result.reward == 1.0
+        ((action, observation),) = [
+            (a, o)
+            for a, o in zip(result.actions, result.observations[1:])
+            if "/tmp/pytest.txt" in a
+        ]
+        assert "\n0\n[exit code 0]" in observation, observation[-300:]
+    finally:
+        env.close()

@@ -126,3 +126,49 @@ def test_bad_instances_are_typed_errors(instance_file, tmp_path):
     (tmp_path / "wrong.json").write_text(json.dumps([wrong]))
     with pytest.raises(DatasetFormatError, match="does not apply"):
         load_swebench(tmp_path / "wrong.json", checkouts={"acme/shop": checkout}, cache=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "field, test_id, style",
+    [
+        ("FAIL_TO_PASS", "test_discount_applies_once (tests.test_cart.CartTests)", "Django"),
+        ("PASS_TO_PASS", "test_count", "bare test name"),
+        ("FAIL_TO_PASS", "tests/test_cart.py", "not a pytest node id"),
+    ],
+)
+def test_test_ids_pytest_cannot_run_by_name_are_refused_at_load(
+    instance_file, tmp_path, field, test_id, style
+):
+    """Django (unittest) and SymPy (bare name) ids would load and then score 0 as
+    "tampered": they are refused, with the format expected, the one given and the fix,
+    before anything is written to the cache."""
+    from vt_envs.domains.swe import UnsupportedTestIdError
+
+    path, checkout = instance_file
+    instance = json.loads(path.read_text())
+    instance[field] = json.dumps([test_id])
+    (tmp_path / "other.json").write_text(json.dumps([instance]))
+    cache = tmp_path / "cache"
+    with pytest.raises(UnsupportedTestIdError) as caught:
+        load_swebench(tmp_path / "other.json", checkouts={"acme/shop": checkout}, cache=cache)
+    message = str(caught.value)
+    assert f"{field} holds {test_id!r}" in message and style in message
+    assert "'path/to/test_file.py::test_name'" in message and "Fix:" in message
+    assert isinstance(caught.value, DatasetFormatError)
+    assert not cache.exists()
+    # The pytest form of the same test loads (a parametrized id too).
+    instance[field] = json.dumps(["tests/test_cart.py::test_count[a b-1]"])
+    (tmp_path / "fixed.json").write_text(json.dumps([instance]))
+    assert len(load_swebench(tmp_path / "fixed.json", checkouts={"acme/shop": checkout},
+                             cache=cache)) == 1  # fmt: skip
+
+
+def test_load_swebench_imports_from_the_swe_package_as_the_readme_shows():
+    """README: `from vt_envs.domains.swe import load_swebench, make_swe_env`."""
+    import vt_envs.domains.swe as swe
+    from vt_envs.domains.swe import load_swebench as exported
+    from vt_envs.domains.swe import make_swe_env as builder
+
+    assert exported is load_swebench and builder is make_swe_env
+    assert {"load_swebench", "make_swe_env", "UnsupportedTestIdError"} <= set(swe.__all__)
+    assert [name for name in swe.__all__ if not hasattr(swe, name)] == []

@@ -11,6 +11,26 @@
   materialized and cached (:mod:`~vt_envs.domains.swe.tasks`,
   :mod:`~vt_envs.domains.swe.sources`; :mod:`~vt_envs.domains.swe.fetch` gets a
   package's sdist), HumanEval (:mod:`~vt_envs.domains.swe.humaneval`) and
-  SWE-bench-format instances (:mod:`~vt_envs.domains.swe.swebench`);
+  SWE-bench-format instances (:mod:`~vt_envs.domains.swe.swebench`:
+  ``from vt_envs.domains.swe import load_swebench``);
 - :mod:`~vt_envs.domains.swe.oracle`: the reverting oracle and a do-nothing baseline.
 """
+
+from vt_envs.domains.swe.env import make_swe_env
+from vt_envs.domains.swe.oracle import DoNothingPolicy, SWEOracle
+from vt_envs.domains.swe.swebench import (
+    REQUIRED_FIELDS,
+    UnsupportedTestIdError,
+    check_test_id,
+    load_swebench,
+)
+
+__all__ = [
+    "REQUIRED_FIELDS",
+    "DoNothingPolicy",
+    "SWEOracle",
+    "UnsupportedTestIdError",
+    "check_test_id",
+    "load_swebench",
+    "make_swe_env",
+]

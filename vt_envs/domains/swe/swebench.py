@@ -17,7 +17,14 @@ instance the loader writes, once, into the task cache:
 
 FAIL_TO_PASS / PASS_TO_PASS must be pytest node ids (``tests/test_x.py::test_y``),
 as for pytest-based repositories; the test files run are those the ids and
-the test patch name.
+the test patch name. Any other id is refused at load with
+:class:`UnsupportedTestIdError` (SWE-bench's Django instances use unittest ids,
+``test_y (app.tests.XTests)``, and its SymPy ones bare function names,
+``test_y``): the hidden-test run is pytest's and finds each id's outcome by its
+node id, so such an id would never be found and the task would score 0 as
+tampered.
+
+Import it as ``from vt_envs.domains.swe import load_swebench, make_swe_env``.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from vt_envs.domains.swe.env import with_layout
 from vt_envs.domains.swe.tasks import git_init, swe_cache_dir
 from vt_envs.errors import DatasetFormatError, InvalidConfigError
 
-__all__ = ["REQUIRED_FIELDS", "load_swebench"]
+__all__ = ["REQUIRED_FIELDS", "UnsupportedTestIdError", "check_test_id", "load_swebench"]
 
 REQUIRED_FIELDS = (
     "instance_id",
@@ -52,12 +59,45 @@ REQUIRED_FIELDS = (
 )
 _VERSION = 1
 
+# A pytest node id: a ``.py`` file path (no spaces), ``::``, then the test (a class and
+# a function, or a function; parameters in brackets may hold anything).
+_NODE_ID = re.compile(r"[^\s:()]+\.py::[^\s:\[()]+(::[^\s:\[()]+)*(\[.*\])?", re.DOTALL)
+_DJANGO_ID = re.compile(r"\w+ \([\w.]+\)")
+_BARE_NAME = re.compile(r"test\w*")
+
+
+class UnsupportedTestIdError(DatasetFormatError):
+    """Raised when an instance's FAIL_TO_PASS / PASS_TO_PASS holds an id that is not a
+    pytest node id (SWE-bench's Django and SymPy instances), which grading cannot find."""
+
+
+def check_test_id(test_id: str, field: str, instance: str) -> str:
+    """``test_id`` when it is a pytest node id; raises :class:`UnsupportedTestIdError`
+    naming the format expected, the one given and the fix."""
+    if _NODE_ID.fullmatch(test_id):
+        return test_id
+    if _DJANGO_ID.fullmatch(test_id):
+        style = "a Django/unittest id 'test_name (module.Class)', run by Django's runtests.py"
+    elif _BARE_NAME.fullmatch(test_id):
+        style = "a bare test name (SymPy's style: it names no file)"
+    else:
+        style = "not a pytest node id"
+    raise UnsupportedTestIdError(
+        f"{instance}: {field} holds {test_id!r}: {style}. VT-SWE-v0 grades with pytest and "
+        "finds each test's outcome by its node id, so it needs "
+        "'path/to/test_file.py::test_name' (or '...::Class::test_name'); this id would "
+        "never be found and the task would score 0. Fix: rewrite the ids as pytest node ids "
+        "(a bare name: prefix the test file the test patch changes, "
+        "'sympy/core/tests/test_basic.py::test_name'), or leave out the instances of "
+        "repositories that pytest does not run (Django)"
+    )
+
 
 def _ids(value: Any, field: str, instance: str) -> list[str]:
     ids = json.loads(value) if isinstance(value, str) else value
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise DatasetFormatError(f"{instance}: {field} must be a list of test ids, got {value!r}")
-    return ids
+    return [check_test_id(i, field, instance) for i in ids]
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -137,10 +177,19 @@ def load_swebench(
 ) -> TaskList:
     """SWE-bench-format instances (a ``.json`` list or ``.jsonl``) as VT-SWE-v0 tasks.
 
+    Every test id is checked before anything is written (:func:`check_test_id`).
+
     Args:
         checkouts: ``repo`` name (``"owner/name"``) -> local git checkout.
         split: the split name the tasks report.
         cache: the task cache (default :func:`~vt_envs.domains.swe.tasks.swe_cache_dir`).
+
+    Raises:
+        DatasetFormatError: a field is missing or malformed, a patch does not apply;
+            :class:`UnsupportedTestIdError` (a subclass) for a test id pytest cannot
+            run by name.
+        InvalidConfigError: no checkout for an instance's ``repo``, or it lacks
+            ``base_commit``.
     """
     instances = _read(Path(path))
     root = (Path(cache) if cache is not None else swe_cache_dir()) / "swebench"

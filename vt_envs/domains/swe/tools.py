@@ -4,8 +4,9 @@
 first tool opens its session at reset (from ``task.assets["repo"]``), the
 other tools join it, and it is deleted when the episode's sessions close.
 ``bash`` is the sandboxed persistent shell with the copy bound read-write at
-``/tmp/repo`` (its start directory) and nothing else writable; after a
-timeout the shell restarts and the copy is still there. The editor works on
+``/tmp/repo`` (its start directory) and nothing else writable but the
+sandbox's own size-capped ``/tmp``; after a timeout the shell restarts and the
+copy is still there (``/tmp`` is new). The editor works on
 the same copy from the host side, symlink-proof.
 
 The disk quota: the copy is a filesystem of its own, as large as the quota
