@@ -134,7 +134,8 @@ def test_the_oracle_box_contains_every_target_pixel(bbox_format):
             assert left <= t_left and top <= t_top and t_right <= right and t_bottom <= bottom
             inside = crop[t_top - top : t_bottom - top, t_left - left : t_right - left]
             assert np.array_equal(inside, image[t_top:t_bottom, t_left:t_right])
-        assert (right - left) * (bottom - top) < width * height / 4  # a zoom, not the whole
+        if len(task.assets["targets"]) == 1:  # (a relation's ring and star may sit far apart)
+            assert (right - left) * (bottom - top) < width * height / 4  # a zoom, not the whole
     env.close()
 
 

@@ -17,7 +17,9 @@ that later calls refer to by index; it answers with ``<answer>B</answer>``
   image list (:class:`ImageStore`);
 - :mod:`~vt_envs.domains.visual.tasks`: seeded scene tasks and ``ChoiceMatch``;
 - :mod:`~vt_envs.domains.visual.loaders`: V* bench and easy-VQA;
-- :mod:`~vt_envs.domains.visual.oracle`: the zooming oracle and a no-tool baseline.
+- :mod:`~vt_envs.domains.visual.oracle`: the zooming oracle and a no-tool baseline;
+- :mod:`~vt_envs.domains.visual.shortcuts`: options-only policies (each picks by one
+  statistic of the options' texts), the adversaries the choices hold at chance.
 
 Image tokens (see :mod:`vt_envs.core.image_tokens`): one ``<image>`` id per
 image with the shipped tokenizer, or a Qwen2-VL processor's exact expansion
@@ -35,7 +37,14 @@ from vt_envs.core.task import TaskSource
 from vt_envs.domains.visual.bbox import BBOX_FORMATS, BoxError, describe_format
 from vt_envs.domains.visual.loaders import easy_vqa_available, load_easy_vqa, load_vstar
 from vt_envs.domains.visual.oracle import NoToolPolicy, VisualOracle, stated_bbox_format
-from vt_envs.domains.visual.scenes import SCENE_KINDS, Scene, render_scene
+from vt_envs.domains.visual.scenes import (
+    SCENE_KINDS,
+    Scene,
+    SceneSpec,
+    describe_scene,
+    render_scene,
+)
+from vt_envs.domains.visual.shortcuts import ShortcutPolicy, fit_shortcut
 from vt_envs.domains.visual.tasks import (
     ChoiceMatch,
     TaskImages,
@@ -59,10 +68,14 @@ __all__ = [
     "ImageTool",
     "NoToolPolicy",
     "Scene",
+    "SceneSpec",
+    "ShortcutPolicy",
     "TaskImages",
     "VisualOracle",
     "describe_format",
+    "describe_scene",
     "easy_vqa_available",
+    "fit_shortcut",
     "images_of_task",
     "load_easy_vqa",
     "load_vstar",
@@ -81,11 +94,9 @@ INSTRUCTIONS = (
 )
 
 
-def _tasks(
-    dataset: str | os.PathLike[str] | None, split: str, images: TaskImages, **generated: Any
-) -> TaskSource:
+def _tasks(dataset: str | os.PathLike[str] | None, split: str, **generated: Any) -> TaskSource:
     if dataset is None:
-        return visual_tasks(split, images=images, **generated)
+        return visual_tasks(split, **generated)
     if dataset == "easy-vqa":
         return load_easy_vqa(split, size=generated.get("size"))
     if os.path.isdir(dataset):
@@ -130,16 +141,14 @@ def make_visual_env(
     """
     if bbox_format not in BBOX_FORMATS:
         raise InvalidConfigError(f"bbox_format must be one of {BBOX_FORMATS}, got {bbox_format!r}")
-    # The env's decoded images: the last two kept (the task just written, the episode
-    # that opens it), dropped at close() by the image tools.
+    # The env's decoded images: the last two kept (an episode's, and the one before it,
+    # so reopening a task renders nothing), dropped at close() by the image tools.
     images = TaskImages(size=2)
     store = ImageStore(images)
     image_tools = store.tools(
         tools, bbox_format=bbox_format, timeout_s=tool_timeout_s, zoom_target=zoom_target
     )
-    tasks = _tasks(
-        dataset, split, kinds=kinds, size=size, multiple_choice=multiple_choice, images=images
-    )
+    tasks = _tasks(dataset, split, kinds=kinds, size=size, multiple_choice=multiple_choice)
     return ToolEnv(
         tools=image_tools,
         tasks=tasks,

@@ -1,13 +1,14 @@
 """VT-Visual-v0's tasks: generated scenes, multiple-choice or open, with a fixed held-out split.
 
-A task holds no pixels: its assets name the scene (``kind``, ``seed``), and
-the image is rendered when an episode opens. Decoded images are cached only
-by a :class:`TaskImages` that an env owns (its task source and its image
-tools share one, so a scene rendered to make a task is not rendered again
-when its episode opens): it keeps the last few, and the env's ``close()``
-empties it. Nothing is cached per process. The prompt states the image's
-size (a policy that sees a resized image needs it to give pixel boxes); the
-assets keep the target boxes for oracles and crop checks. Train and test draw seeds from
+A task holds no pixels: its assets name the scene (``kind``, ``seed``). It is
+written from the scene's plan (:func:`~vt_envs.domains.visual.scenes.describe_scene`,
+no drawing), and the image is rendered when an episode opens. Decoded images
+are cached only by a :class:`TaskImages` that an env owns (its image tools
+read through it, so an episode that opens the same task again renders
+nothing): it keeps the last few, and the env's ``close()`` empties it.
+Nothing is cached per process. The prompt states the image's size (a policy
+that sees a resized image needs it to give pixel boxes); the assets keep the
+target boxes for oracles and crop checks. Train and test draw seeds from
 disjoint streams (even and odd), so no held-out scene is ever trained on.
 
 Multiple choice: the choices are shuffled with the task's seed and lettered
@@ -27,7 +28,13 @@ from PIL import Image
 from vt_envs.core.task import GeneratedTasks, Task
 from vt_envs.core.verifier import Score
 from vt_envs.domains.visual.ops import as_image_array
-from vt_envs.domains.visual.scenes import SCENE_KINDS, Scene, render_scene
+from vt_envs.domains.visual.scenes import (
+    SCENE_KINDS,
+    Scene,
+    SceneSpec,
+    describe_scene,
+    render_scene,
+)
 from vt_envs.errors import InvalidConfigError
 
 __all__ = [
@@ -58,10 +65,10 @@ def _read_image(path: str) -> np.ndarray:
 class TaskImages:
     """Decoded task images (scenes and image files), the ``size`` most recent kept.
 
-    One belongs to one env: its task source renders a scene through
-    :meth:`scene` to write the task, the episode that opens next finds it
-    here (calling the object is :func:`images_of_task` through this cache),
-    and the env's ``close()`` calls :meth:`clear`. So an env holds a bounded
+    One belongs to one env: its image tools load an episode's images through
+    it (calling the object is :func:`images_of_task` through this cache), an
+    episode that opens a task again finds its scene here, and the env's
+    ``close()`` calls :meth:`clear`. So an env holds a bounded
     number of decoded images however long it runs, and none after it closes.
     """
 
@@ -122,7 +129,7 @@ def size_caption(width: int, height: int) -> str:
     return f"(Image 0: {width}x{height} pixels.)"
 
 
-def _options(scene: Scene, seed: int) -> tuple[list[str], str]:
+def _options(scene: SceneSpec, seed: int) -> tuple[list[str], str]:
     order = np.random.default_rng([seed, 7]).permutation(len(scene.choices))
     options = [scene.choices[i] for i in order]
     return options, LETTERS[options.index(scene.answer)]
@@ -134,12 +141,11 @@ def visual_tasks(
     kinds: Sequence[str] = SCENE_KINDS,
     size: int | None = None,
     multiple_choice: bool = True,
-    images: TaskImages | None = None,
 ) -> GeneratedTasks:
     """The seeded task source (train: 10,000 tasks; test: 200), kinds in rotation.
 
-    ``images``: the env's :class:`TaskImages`, which keeps the scene a task was
-    written from for its episode (``None``: nothing kept, rendered again then).
+    A task is written from its scene's plan, without drawing it (well under a
+    millisecond); the image is rendered when an episode opens the task.
     """
     if split not in _SPLIT_OFFSET:
         raise InvalidConfigError(f"split must be 'train' or 'test', got {split!r}")
@@ -150,8 +156,8 @@ def visual_tasks(
     def generate(split: str, index: int) -> Task:
         kind = kinds[index % len(kinds)]
         seed = 2 * index + _SPLIT_OFFSET[split]
-        scene = images.scene(kind, seed) if images is not None else scene_of(kind, seed)
-        height, width = scene.image.shape[:2]
+        scene = describe_scene(kind, seed)
+        width, height = scene.size
         head = f"<image>\n{size_caption(width, height)}\n{scene.question}"
         if multiple_choice:
             options, gold = _options(scene, seed)
