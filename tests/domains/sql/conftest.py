@@ -72,6 +72,49 @@ def make_spider_fixture(root: Path) -> dict[str, str]:
             "query": "SELECT julianday('now') - julianday(name) FROM singer",
             "db_id": "concert",
         },
+        # The review's cases: golds whose DuckDB meaning differs unless rewritten.
+        {
+            "question": "Which singers are from France?",
+            "query": "SELECT name FROM singer WHERE country LIKE 'france'",  # case-insensitive
+            "db_id": "concert",
+            "question_id": "like",
+        },
+        {
+            "question": "What is the average hall capacity, as a whole number?",
+            "query": 'SELECT sum(capacity) / count(*) FROM "Concert Hall"',  # 25300 / 3 = 8433
+            "db_id": "concert",
+            "question_id": "int_division",
+        },
+        {
+            "question": "How many singers are from the Netherlands?",
+            "query": 'SELECT count(*) FROM singer WHERE country = "Netherlands"',  # a string
+            "db_id": "concert",
+            "question_id": "string_literal",
+        },
+        {
+            "question": "Who is the richest singer, and how rich?",
+            "query": "SELECT name, max(net_worth) FROM singer",  # bare column: the max's row
+            "db_id": "concert",
+            "question_id": "bare_max",
+        },
+        {
+            "question": "Give a singer of each country.",
+            "query": "SELECT country, name FROM singer GROUP BY country",  # France: Joe or Tim
+            "db_id": "concert",
+            "question_id": "bare_ambiguous",
+        },
+        {
+            "question": "Which singers are worth more than 100?",
+            "query": "SELECT name FROM singer WHERE net_worth > 100",  # no rows
+            "db_id": "concert",
+            "question_id": "empty",
+        },
+        {
+            "question": "What type is Joe's net worth stored as?",
+            "query": "SELECT typeof(net_worth) FROM singer WHERE name = 'Joe'",  # 'real' / DOUBLE
+            "db_id": "concert",
+            "question_id": "mismatch",
+        },
     ]
     (root / "dev.json").write_text(json.dumps(questions))
     tables = [

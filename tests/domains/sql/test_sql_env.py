@@ -31,7 +31,7 @@ def test_prompt_shows_schema_keys_samples_and_question(env):
     assert "CREATE TABLE order_items (" in text
     assert "FOREIGN KEY (product_id) REFERENCES products(product_id)" in text
     assert text.count("; sample rows:") == 5
-    assert "Question: Which products in the Books category" in text
+    assert "Question: For each product category, which product brought the most" in text
     assert info["task_id"] == "sql/shop/test/0"
 
 

@@ -52,8 +52,8 @@ def test_splits_are_disjoint_distinct_and_stable(banks, db_paths, db):
     train = [bank.question("train", k) for k in range(40)]
     assert len({q.sql for q in test}) == 15
     assert not {q.sql for q in test} & {q.sql for q in train}
-    assert all(split_of(q.sql) == "test" for q in test)
-    assert all(split_of(q.sql) == "train" for q in train)
+    assert all(split_of(q.sql, q.template.held_out) == "test" for q in test)
+    assert all(split_of(q.sql) == "train" and not q.template.held_out for q in train)
     fresh = QuestionBank(db, str(db_paths[db]))  # same questions in a new process
     try:
         assert [fresh.question("test", k).sql for k in range(15)] == [q.sql for q in test]
@@ -63,15 +63,16 @@ def test_splits_are_disjoint_distinct_and_stable(banks, db_paths, db):
 
 
 def test_first_questions_are_pinned(banks):
-    """Task ids must keep naming the same questions; a change here is a version bump."""
+    """Task ids must keep naming the same questions; a change here is a version bump
+    (changed once, for issue 31: held-out templates, more templates, cancelled flights)."""
     assert (
         banks["shop"]
         .question("test", 0)
         .sql.startswith(
-            "SELECT name FROM products WHERE category = 'Books' AND price > (SELECT AVG(price)"
+            "WITH rev AS (SELECT p.category, p.product_id, p.name, SUM(oi.quantity * oi.unit_price)"
         )
     )
-    assert banks["tpch"].question("test", 0).template.id == "tpch/shipmode_revenue"
+    assert banks["tpch"].question("test", 0).template.id == "tpch/priority_counts"
 
 
 def test_check_gold_rejects_unusable_queries(db_paths):
@@ -90,3 +91,30 @@ def test_check_gold_rejects_unusable_queries(db_paths):
         assert check_gold(con, "SELECT 1; SELECT 2", "q").startswith("gold failed: multiple")
     finally:
         con.close()
+
+
+def test_some_templates_are_held_out_for_test(banks):
+    """The test split holds out kinds of question, not only constants: every database
+    has templates train never draws, and they appear in its first test questions."""
+    for db, bank in banks.items():
+        held_out = {t.id for t in TEMPLATES[db] if t.held_out}
+        assert held_out, db
+        assert len(held_out) < len(TEMPLATES[db]) / 3, db  # train keeps most kinds
+        train = {bank.question("train", k).template.id for k in range(60)}
+        test = {bank.question("test", k).template.id for k in range(30)}
+        assert not train & held_out, db
+        assert test & held_out, db
+
+
+def test_flights_that_flew_exclude_cancelled_ones(banks):
+    """ "How many flights flew" must not count cancelled flights (no departure time)."""
+    bank = banks["flights"]
+    origin, dest, month, flown = bank._con.execute(
+        "SELECT origin, dest, month, COUNT(dep_time) FROM flights GROUP BY ALL "
+        "ORDER BY COUNT(*) - COUNT(dep_time) DESC, 1, 2, 3 LIMIT 1"
+    ).fetchone()
+    template = next(t for t in TEMPLATES["flights"] if t.id == "flights/route_count")
+    params = {"origin": origin, "dest": dest, "month": month, "month_name": "x"}
+    question, sql = template.render(params)
+    assert "flew" in question
+    assert bank._con.execute(sql).fetchall() == [(flown,)]

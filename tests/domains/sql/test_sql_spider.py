@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
 
 import vt_envs
 from vt_envs.domains.sql import SQLOracle, make_sql_env
 from vt_envs.domains.sql.databases import connect_readonly
+from vt_envs.domains.sql.shortcuts import EMPTY_QUERY, ConstantQueryPolicy
 from vt_envs.domains.sql.spider import (
     convert_sqlite,
     keys_from_tables_json,
@@ -76,8 +78,15 @@ def test_backquotes_become_double_quotes_outside_strings():
 
 def test_loader_builds_tasks_and_drops_failing_golds(spider_files, caplog):
     tasks = _load(spider_files)
-    assert tasks.ids() == ["dev/0", "dev/7"]
-    assert "dropped 1 of 3 records" in caplog.text
+    assert tasks.ids() == [
+        "dev/0",
+        "dev/7",
+        "dev/like",
+        "dev/int_division",
+        "dev/string_literal",
+        "dev/bare_max",
+    ]
+    assert "dropped 4 of 10 records" in caplog.text
     bird = tasks.get("dev/7")
     assert bird.gold.startswith('SELECT "Hall Name", capacity FROM "Concert Hall"')
     assert "Hint: Joe is the name of a singer" in bird.prompt
@@ -88,7 +97,7 @@ def test_loader_builds_tasks_and_drops_failing_golds(spider_files, caplog):
 
 
 def test_loader_gold_error_modes(spider_files):
-    assert len(_load(spider_files, on_gold_error="keep")) == 3
+    assert len(_load(spider_files, on_gold_error="keep")) == 10
     with pytest.raises(DatasetFormatError, match="record 2"):
         _load(spider_files, on_gold_error="raise")
     with pytest.raises(InvalidConfigError, match="on_gold_error"):
@@ -111,5 +120,68 @@ def test_oracle_solves_spider_tasks_in_the_env(spider_files):
         for task_id in env.tasks.ids():
             result = vt_envs.run_episode(env, SQLOracle(), options={"task_id": task_id})
             assert result.reward == 1.0, task_id
+    finally:
+        env.close()
+
+
+def _play(env, sql, task_id):
+    return vt_envs.run_episode(env, ConstantQueryPolicy(sql), options={"task_id": task_id}).reward
+
+
+def test_golds_keep_their_sqlite_results_on_duckdb(spider_files):
+    """The review's cases, through gym.make: the answer right under SQLite's reading of
+    the gold scores 1.0, DuckDB's literal reading of the same SQLite text scores 0."""
+    env = gym.make("VT-SQL-v0", spider_files=spider_files, split="test")
+    try:
+        right = {
+            "dev/like": "SELECT name FROM singer WHERE country ILIKE 'france'",  # Joe, Tim
+            "dev/int_division": "SELECT 8433",  # 25300 / 3, truncated as in SQLite
+            "dev/string_literal": "SELECT 1",
+            "dev/bare_max": "SELECT 'Ann', 2.0",  # the row holding the MAX
+        }
+        for task_id, sql in right.items():
+            assert _play(env, sql, task_id) == 1.0, task_id
+        wrong = {
+            "dev/like": "SELECT name FROM singer WHERE country LIKE 'france'",  # no rows
+            "dev/int_division": 'SELECT sum(capacity) / count(*) FROM "Concert Hall"',
+        }
+        for task_id, sql in wrong.items():
+            assert _play(env, sql, task_id) == 0.0, task_id
+    finally:
+        env.close()
+
+
+def test_refused_golds_are_typed_counted_and_logged(spider_files, caplog):
+    tasks = _load(spider_files)
+    assert {r.index: r.reason for r in tasks.refused} == {
+        2: "duckdb_error",
+        7: "ambiguous",
+        8: "empty_result",
+        9: "result_mismatch",
+    }
+    assert tasks.refusal_counts() == {
+        "duckdb_error": 1,
+        "ambiguous": 1,
+        "empty_result": 1,
+        "result_mismatch": 1,
+    }
+    assert "ambiguous 1, duckdb_error 1, empty_result 1, result_mismatch 1" in caplog.text
+    mismatch = tasks.refused[-1]
+    assert "'real'" in mismatch.detail and "'DOUBLE'" in mismatch.detail
+    assert tasks.rewrites == {"ilike": 1, "int_division": 1, "string_literal": 1, "bare_column": 1}
+    kept = {t.id: t.gold for t in (tasks[i] for i in range(len(tasks)))}
+    assert kept["dev/like"] == "SELECT name FROM singer WHERE country ILIKE 'france'"
+    assert "//" in kept["dev/int_division"]
+
+
+def test_empty_query_never_scores_on_a_kept_spider_gold(spider_files):
+    """An empty query is a shortcut wherever a kept gold's result is empty (it was 1.0 on
+    the LIKE gold DuckDB read case-sensitively)."""
+    env = gym.make("VT-SQL-v0", spider_files=spider_files, split="test")
+    try:
+        ids = env.unwrapped.tasks.ids()
+        assert "dev/like" in ids
+        for task_id in ids:
+            assert _play(env, EMPTY_QUERY, task_id) == 0.0, task_id
     finally:
         env.close()

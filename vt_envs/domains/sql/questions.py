@@ -10,11 +10,16 @@ Difficulty grows with the SQL needed: ``easy`` (one table, filters,
 aggregates), ``medium`` (joins, GROUP BY / HAVING, ORDER BY ... LIMIT),
 ``hard`` (nested queries, EXISTS, self-joins, window functions).
 
-Splits are disjoint by construction: a question belongs to the test split
-exactly when a hash of its gold SQL falls in the held-out bucket, so no
-train draw can produce a test question. The test split of each database is
-deduplicated; task ``k`` of a split is the same on every machine as long as
-this module and the database are unchanged (ids ``sql/<db>/<split>/<k>``).
+Splits are disjoint by construction, and the test split holds out whole
+kinds of question, not only constants: a template marked ``held_out`` is
+never drawn for train (its questions appear only in test), and a question of
+any other template belongs to the test split exactly when a hash of its gold
+SQL falls in the held-out bucket (one in five), so no train draw can produce
+a test question. Each draw picks its template uniformly among those its
+split may use, so every template (held-out ones included) has the same share
+of the test split. The test split of each database is deduplicated; task
+``k`` of a split is the same on every machine as long as this module and the
+database are unchanged (ids ``sql/<db>/<split>/<k>``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from random import Random
 from typing import Any
 
@@ -38,6 +44,7 @@ __all__ = ["POOLS", "TEMPLATES", "GeneratedQuestion", "QuestionBank", "Template"
 DIFFICULTIES = ("easy", "medium", "hard")
 _TEST_BUCKETS = 5  # one bucket in five is held out
 _MAX_ATTEMPTS = 2000
+_PARAM_TRIES = 25  # parameter draws per template draw until the split's hash bucket is hit
 _MONTHS = (  # noqa: SIM905
     "January February March April May June July August September October November December"
 ).split()
@@ -65,6 +72,7 @@ class Template:
         sql: ``str.format`` gold SQL over the parameters (string values are
             passed already quoted by :func:`sql_str` under ``<name>_sql``).
         sample: ``(pools, rng) -> params``.
+        held_out: drawn only for the test split (a kind of question train never shows).
     """
 
     id: str
@@ -73,12 +81,21 @@ class Template:
     question: str
     sql: str
     sample: Callable[[Mapping[str, list], Random], dict[str, Any]]
+    held_out: bool = False
 
     def render(self, params: Mapping[str, Any]) -> tuple[str, str]:
         """The (question, gold SQL) for ``params``."""
         quoted = {f"{k}_sql": sql_str(v) for k, v in params.items() if isinstance(v, str)}
         values = {**params, **quoted}
         return self.question.format(**values), " ".join(self.sql.format(**values).split())
+
+
+def _window(rng: Random, first: date, days: int) -> dict[str, Any]:
+    """A date window: ``start`` (ISO) drawn over ``days`` days from ``first``, ``end``
+    one to eight weeks later."""
+    start = first + timedelta(days=int(rng.random() * days))
+    end = start + timedelta(days=_pick(rng, (6, 13, 20, 27, 41, 55)))
+    return {"start": start.isoformat(), "end": end.isoformat()}
 
 
 def _month(rng: Random) -> dict[str, Any]:
@@ -112,6 +129,8 @@ POOLS: dict[str, dict[str, str]] = {
         "segments": "SELECT DISTINCT segment FROM customers ORDER BY 1",
         "statuses": "SELECT DISTINCT status FROM orders ORDER BY 1",
         "departments": "SELECT DISTINCT department FROM employees ORDER BY 1",
+        "customers": "SELECT customer_id, name FROM customers ORDER BY 1",
+        "products": "SELECT DISTINCT name FROM products ORDER BY 1",
     },
 }
 
@@ -120,6 +139,10 @@ def _flights_templates() -> list[Template]:
     def route_month(p, r):
         origin, dest = _pick(r, p["routes"])
         return {"origin": origin, "dest": dest, **_month(r)}
+
+    def route_day(p, r):
+        origin, dest = _pick(r, p["routes"])
+        return {"origin": origin, "dest": dest, **_month(r), "day": 1 + int(r.random() * 28)}
 
     def origin_day(p, r):
         return {"origin": _pick(r, p["origins"])[0], **_month(r), "day": 1 + int(r.random() * 28)}
@@ -162,10 +185,32 @@ def _flights_templates() -> list[Template]:
             "flights/route_count",
             "easy",
             ("filter", "aggregation"),
-            "How many flights flew from {origin} to {dest} in {month_name} 2013?",
+            "How many flights flew from {origin} to {dest} in {month_name} 2013? Cancelled "
+            "flights (those that never departed) do not count.",
             "SELECT COUNT(*) FROM flights WHERE origin = {origin_sql} AND dest = {dest_sql} "
-            "AND month = {month}",
+            "AND month = {month} AND dep_time IS NOT NULL",
             route_month,
+        ),
+        T(
+            "flights/day_route_count",
+            "easy",
+            ("filter", "aggregation"),
+            "How many flights flew from {origin} to {dest} on {month_name} {day}, 2013? Cancelled "
+            "flights (those that never departed) do not count.",
+            "SELECT COUNT(*) FROM flights WHERE origin = {origin_sql} AND dest = {dest_sql} "
+            "AND month = {month} AND day = {day} AND dep_time IS NOT NULL",
+            route_day,
+        ),
+        T(
+            "flights/cancelled_share",
+            "medium",
+            ("filter", "aggregation"),
+            "What percentage of the flights scheduled to leave {origin} in {month_name} 2013 were "
+            "cancelled (never departed)? Round to 2 decimal places.",
+            "SELECT ROUND(100.0 * COUNT(*) FILTER (WHERE dep_time IS NULL) / COUNT(*), 2) "
+            "FROM flights WHERE origin = {origin_sql} AND month = {month}",
+            month_only,
+            held_out=True,
         ),
         T(
             "flights/max_delay_day",
@@ -191,7 +236,8 @@ def _flights_templates() -> list[Template]:
             "flights/carrier_count",
             "medium",
             ("join", "filter", "aggregation"),
-            "How many flights did {carrier_name} operate from {origin} in {month_name} 2013?",
+            "How many flights did {carrier_name} schedule from {origin} in {month_name} 2013, "
+            "cancelled ones included?",
             "SELECT COUNT(*) FROM flights f JOIN airlines a ON f.carrier = a.carrier "
             "WHERE a.name = {carrier_name_sql} AND f.origin = {origin_sql} AND f.month = {month}",
             carrier_origin_month,
@@ -210,9 +256,9 @@ def _flights_templates() -> list[Template]:
             "flights/top_destinations",
             "medium",
             ("grouping", "ordering"),
-            "Which {k} destinations received the most flights from {origin} in {month_name} 2013? "
-            "Give each destination code and its number of flights, most flights first "
-            "(ties broken by destination code).",
+            "Which {k} destinations had the most scheduled flights from {origin} in {month_name} "
+            "2013 (cancelled ones included)? Give each destination code and its number of "
+            "flights, most flights first (ties broken by destination code).",
             "SELECT dest, COUNT(*) AS n FROM flights "
             "WHERE origin = {origin_sql} AND month = {month} "
             "GROUP BY dest ORDER BY n DESC, dest LIMIT {k}",
@@ -222,8 +268,8 @@ def _flights_templates() -> list[Template]:
             "flights/busy_carriers",
             "medium",
             ("grouping", "having"),
-            "Which carriers operated more than {n} flights from {origin} in {month_name} 2013? "
-            "List their two-letter codes alphabetically.",
+            "Which carriers scheduled more than {n} flights from {origin} in {month_name} 2013 "
+            "(cancelled ones included)? List their two-letter codes alphabetically.",
             "SELECT carrier FROM flights WHERE origin = {origin_sql} AND month = {month} "
             "GROUP BY carrier HAVING COUNT(*) > {n} ORDER BY carrier",
             origin_month_n,
@@ -240,14 +286,15 @@ def _flights_templates() -> list[Template]:
             "HAVING AVG(f.dep_delay) > (SELECT AVG(dep_delay) FROM flights "
             "WHERE origin = {origin_sql} AND month = {month}) ORDER BY a.name",
             month_only,
+            held_out=True,
         ),
         T(
             "flights/daily_top_destination",
             "hard",
             ("window", "grouping"),
-            "For each day of {month_name} 2013, which destination received the most flights from "
-            "{origin}? Give the day of the month, the destination code and the number of flights, "
-            "ordered by day; if destinations tie, take the alphabetically first code.",
+            "For each day of {month_name} 2013, which destination had the most scheduled flights "
+            "from {origin}? Give the day of the month, the destination code and the number of "
+            "flights, ordered by day; if destinations tie, take the alphabetically first code.",
             "WITH c AS (SELECT day, dest, COUNT(*) AS n FROM flights WHERE origin = {origin_sql} "
             "AND month = {month} GROUP BY day, dest), r AS (SELECT day, dest, n, ROW_NUMBER() "
             "OVER (PARTITION BY day ORDER BY n DESC, dest) AS rk FROM c) "
@@ -273,7 +320,8 @@ def _flights_templates() -> list[Template]:
             "(ties broken by tail number).",
             "SELECT p.tailnum, SUM(f.distance) AS total FROM flights f JOIN planes p "
             "ON f.tailnum = p.tailnum WHERE p.manufacturer = {maker_sql} AND f.month = {month} "
-            "GROUP BY p.tailnum ORDER BY total DESC, p.tailnum LIMIT {k}",
+            "AND f.dep_time IS NOT NULL GROUP BY p.tailnum "
+            "ORDER BY total DESC, p.tailnum LIMIT {k}",
             maker_k,
         ),
     ]
@@ -306,6 +354,9 @@ def _tpch_templates() -> list[Template]:
 
     def region_segment(p, r):
         return {"region": _pick(r, p["regions"])[0], "segment": _pick(r, p["segments"])[0]}
+
+    def priority_window(p, r):
+        return {"priority": _pick(r, p["priorities"])[0], **_window(r, date(1992, 1, 1), 2400)}
 
     def region_nation(p, r):
         return {"region": _pick(r, p["regions"])[0], "nation": _pick(r, p["nations"])[0]}
@@ -343,6 +394,16 @@ def _tpch_templates() -> list[Template]:
             "SELECT COUNT(*) FROM orders WHERE o_orderpriority = {priority_sql} "
             "AND year(o_orderdate) = {year} AND month(o_orderdate) = {month}",
             priority_year,
+        ),
+        T(
+            "tpch/orders_in_window",
+            "easy",
+            ("filter", "aggregation"),
+            "How many orders with priority {priority} were placed from {start} to {end} "
+            "(both days included)?",
+            "SELECT COUNT(*) FROM orders WHERE o_orderpriority = {priority_sql} "
+            "AND o_orderdate BETWEEN DATE '{start}' AND DATE '{end}'",
+            priority_window,
         ),
         T(
             "tpch/nation_customers",
@@ -400,6 +461,7 @@ def _tpch_templates() -> list[Template]:
             "ON s2.s_nationkey = n2.n_nationkey JOIN region r2 ON n2.n_regionkey = r2.r_regionkey "
             "WHERE r2.r_name = {region_sql}) ORDER BY s.s_name",
             region_nation,
+            held_out=True,
         ),
         T(
             "tpch/richest_per_nation",
@@ -438,7 +500,27 @@ def _shop_templates() -> list[Template]:
         return {"city": _pick(r, p["cities"])[0], "segment": _pick(r, p["segments"])[0]}
 
     def category_price(p, r):
-        return {"category": _pick(r, p["categories"])[0], "price": 10 * int(1 + r.random() * 15)}
+        return {"category": _pick(r, p["categories"])[0], "price": 5 + int(r.random() * 186)}
+
+    def status_window(p, r):
+        return {"status": _pick(r, p["statuses"])[0], **_window(r, date(2021, 1, 1), 1040)}
+
+    def product_month(p, r):
+        return {"product": _pick(r, p["products"])[0], "year": year(r), **_month(r)}
+
+    def customer_year(p, r):
+        customer_id, name = _pick(r, p["customers"])
+        return {"customer_id": customer_id, "name": name, "year": year(r)}
+
+    def customer_category(p, r):
+        customer_id, name = _pick(r, p["customers"])
+        return {"customer_id": customer_id, "name": name, "category": _pick(r, p["categories"])[0]}
+
+    def department_salary(p, r):
+        return {
+            "department": _pick(r, p["departments"])[0],
+            "salary": 1000 * int(35 + r.random() * 80),
+        }
 
     def status_year(p, r):
         return {"status": _pick(r, p["statuses"])[0], "year": year(r), **_month(r)}
@@ -494,6 +576,59 @@ def _shop_templates() -> list[Template]:
             status_year,
         ),
         T(
+            "shop/orders_in_window",
+            "easy",
+            ("filter", "aggregation"),
+            "How many orders placed from {start} to {end} (both days included) have the status "
+            "{status}?",
+            "SELECT COUNT(*) FROM orders WHERE status = {status_sql} "
+            "AND order_date BETWEEN DATE '{start}' AND DATE '{end}'",
+            status_window,
+        ),
+        T(
+            "shop/well_paid",
+            "easy",
+            ("filter", "ordering"),
+            "Which employees of the {department} department earn at least {salary}? Give their "
+            "names alphabetically.",
+            "SELECT name FROM employees WHERE department = {department_sql} "
+            "AND salary >= {salary} ORDER BY name",
+            department_salary,
+        ),
+        T(
+            "shop/customer_orders",
+            "medium",
+            ("join", "filter", "aggregation"),
+            "How many items (the sum of quantities) did customer {customer_id} ({name}) order in "
+            "{year}, counting orders of every status?",
+            "SELECT SUM(oi.quantity) FROM orders o JOIN order_items oi ON o.order_id = oi.order_id "
+            "WHERE o.customer_id = {customer_id} AND year(o.order_date) = {year}",
+            customer_year,
+        ),
+        T(
+            "shop/product_units",
+            "medium",
+            ("join", "filter", "aggregation"),
+            "How many units of the product {product} were sold in orders placed in {month_name} "
+            "{year}, whatever their status?",
+            "SELECT SUM(oi.quantity) FROM order_items oi JOIN orders o ON oi.order_id = o.order_id "
+            "JOIN products p ON oi.product_id = p.product_id WHERE p.name = {product_sql} "
+            "AND year(o.order_date) = {year} AND month(o.order_date) = {month}",
+            product_month,
+        ),
+        T(
+            "shop/customer_category_spend",
+            "medium",
+            ("join", "filter", "aggregation"),
+            "How much did customer {customer_id} ({name}) spend (quantity times unit price) on "
+            "{category} products over all their orders? Round to 2 decimal places.",
+            f"SELECT ROUND(SUM({revenue}), 2) FROM orders o JOIN order_items oi "
+            "ON o.order_id = oi.order_id JOIN products p ON oi.product_id = p.product_id "
+            "WHERE o.customer_id = {customer_id} AND p.category = {category_sql}",
+            customer_category,
+            held_out=True,
+        ),
+        T(
             "shop/category_revenue",
             "medium",
             ("join", "aggregation"),
@@ -547,6 +682,7 @@ def _shop_templates() -> list[Template]:
             "SELECT name FROM products WHERE category = {category_sql} AND price > "
             "(SELECT AVG(price) FROM products WHERE category = {other_sql}) ORDER BY name",
             two_categories,
+            held_out=True,
         ),
         T(
             "shop/best_product_per_category",
@@ -641,8 +777,11 @@ class GeneratedQuestion:
     params: Mapping[str, Any] = field(default_factory=dict)
 
 
-def split_of(sql: str) -> str:
-    """``"test"`` for the held-out hash bucket, else ``"train"``."""
+def split_of(sql: str, held_out: bool = False) -> str:
+    """``"test"`` for a held-out template's question or the held-out hash bucket,
+    else ``"train"``."""
+    if held_out:
+        return "test"
     bucket = int(hashlib.sha256(sql.encode()).hexdigest(), 16) % _TEST_BUCKETS
     return "test" if bucket == 0 else "train"
 
@@ -673,10 +812,16 @@ class QuestionBank:
 
     def _draw(self, split: str, stream: int) -> GeneratedQuestion | None:
         rng = Random(f"vt-sql/{self.db_name}/{split}/{stream}")
-        template = _pick(rng, self.templates)
-        params = template.sample(self.pools, rng)
-        question, sql = template.render(params)
-        if split_of(sql) != split or check_gold(self._con, sql, question) is not None:
+        allowed = [t for t in self.templates if split == "test" or not t.held_out]
+        template = _pick(rng, allowed)
+        for _ in range(_PARAM_TRIES):
+            params = template.sample(self.pools, rng)
+            question, sql = template.render(params)
+            if split_of(sql, template.held_out) == split:
+                break
+        else:
+            return None
+        if check_gold(self._con, sql, question) is not None:
             return None
         return GeneratedQuestion(question, sql, template, params)
 

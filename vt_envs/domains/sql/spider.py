@@ -17,10 +17,15 @@ declared ``INT`` that holds some text becomes ``VARCHAR``). Conversions are
 cached next to the embedded databases, keyed by the SQLite file's path, size,
 modification time and this module's source.
 
-Gold queries are written for SQLite. Backquoted identifiers (BIRD) are
-rewritten to DuckDB's double quotes; other dialect gaps remain, so each gold
-is executed once at load and failing ones are dropped (default), kept, or
-raised, with a warning that counts them.
+Gold queries are written for SQLite. Each is rewritten for DuckDB by
+:func:`~vt_envs.domains.sql.dialect.sqlite_to_duckdb` (``sqlglot`` plus
+``LIKE`` → ``ILIKE``, truncating integer division, double-quoted string
+literals, bare columns of aggregate queries), then *checked by execution*:
+the original runs on the SQLite file and the rewrite on its DuckDB copy, and
+the gold is kept only if both give the same non-empty result. Every other
+gold is refused with a typed reason (:data:`REFUSAL_REASONS`), counted per
+reason in a warning and listed in the returned :class:`SpiderTasks`'
+``refused``; ``on_gold_error`` drops them (default), keeps them, or raises.
 """
 
 from __future__ import annotations
@@ -31,7 +36,10 @@ import logging
 import os
 import re
 import sqlite3
+import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +48,38 @@ import duckdb
 from vt_envs.core.loaders import read_records
 from vt_envs.core.task import Task, TaskList
 from vt_envs.domains.sql.databases import build_atomically, cache_dir, connect_readonly, insert_rows
+from vt_envs.domains.sql.dialect import TranspileError, sqlite_to_duckdb
 from vt_envs.domains.sql.execution import execute_query
+from vt_envs.domains.sql.results import has_top_level_order_by, results_match
 from vt_envs.domains.sql.schema import quote_identifier
 from vt_envs.domains.sql.tasks import format_prompt, schema_text
 from vt_envs.errors import DatasetFormatError, InvalidConfigError
 
-__all__ = ["convert_sqlite", "keys_from_tables_json", "load_spider", "sqlite_sql_to_duckdb"]
+__all__ = [
+    "REFUSAL_REASONS",
+    "RefusedGold",
+    "SpiderTasks",
+    "convert_sqlite",
+    "keys_from_tables_json",
+    "load_spider",
+    "sqlite_sql_to_duckdb",
+]
 
 logger = logging.getLogger(__name__)
 
 GOLD_ERROR_MODES = ("drop", "keep", "raise")
+#: Why a gold is refused: sqlglot cannot parse it; it fails on SQLite (a broken
+#: gold) or its rewrite fails on DuckDB; the two results differ; the result
+#: depends on which row a bare column is read from; the result is empty (or all
+#: NULL), so any empty query would score 1.0.
+REFUSAL_REASONS = (
+    "parse_error",
+    "sqlite_error",
+    "duckdb_error",
+    "result_mismatch",
+    "ambiguous",
+    "empty_result",
+)
 _CHUNK_ROWS = 50_000
 
 Keys = dict[str, dict[str, list]]
@@ -224,6 +254,41 @@ def _gold_of(record: Mapping[str, Any], index: int, origin: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class RefusedGold:
+    """A record whose gold SQL could not be carried to DuckDB with its meaning.
+
+    ``reason`` is one of :data:`REFUSAL_REASONS`; ``detail`` says what differed
+    or failed; ``duckdb_sql`` is the rewrite (``""`` when there is none).
+    """
+
+    index: int
+    db_id: str
+    reason: str
+    detail: str
+    sqlite_sql: str
+    duckdb_sql: str
+
+
+class SpiderTasks(TaskList):
+    """The tasks :func:`load_spider` kept, with what it refused and rewrote.
+
+    Attributes:
+        refused: every refused gold, in record order (kept as tasks too when
+            ``on_gold_error="keep"``).
+        rewrites: how many kept golds needed each rewrite (``"ilike"``, ...).
+    """
+
+    def __init__(self, tasks, *, name, split, refused=(), rewrites=None):
+        super().__init__(tasks, name=name, split=split)
+        self.refused: tuple[RefusedGold, ...] = tuple(refused)
+        self.rewrites: Counter = Counter(rewrites or {})
+
+    def refusal_counts(self) -> dict[str, int]:
+        """How many golds were refused for each reason."""
+        return dict(Counter(r.reason for r in self.refused))
+
+
 def load_spider(
     questions_path: str | os.PathLike[str],
     *,
@@ -236,7 +301,7 @@ def load_spider(
     use_evidence: bool = True,
     on_gold_error: str = "drop",
     gold_timeout_s: float = 30.0,
-) -> TaskList:
+) -> SpiderTasks:
     """Load Spider- or BIRD-format questions as VT-SQL tasks.
 
     Args:
@@ -246,10 +311,10 @@ def load_spider(
         name: the source name used in task ids (default: the questions file stem).
         limit: load only the first ``limit`` records.
         use_evidence: append BIRD's ``evidence`` to the question as a hint.
-        on_gold_error: what to do with a record whose gold SQL fails on DuckDB
-            (a SQLite dialect gap): ``"drop"`` it, ``"keep"`` it (it can
-            never score), or ``"raise"``.
-        gold_timeout_s: time limit of each gold check.
+        on_gold_error: what to do with a record whose gold cannot be carried
+            to DuckDB with its SQLite result (see :data:`REFUSAL_REASONS`):
+            ``"drop"`` it, ``"keep"`` it (it may score wrongly), or ``"raise"``.
+        gold_timeout_s: time limit of each gold run (on each side).
 
     Task ids: ``<name>/<question_id or index>`` (``split`` only labels the source).
     """
@@ -267,8 +332,8 @@ def load_spider(
         table_keys = {
             entry["db_id"]: keys_from_tables_json(entry) for entry in read_records(tables_path)
         }
-    databases: dict[str, tuple[str, str]] = {}
-    tasks, failures = [], []
+    databases: dict[str, _Database] = {}
+    tasks, refused, rewrites = [], [], Counter()
     for index, record in enumerate(records):
         missing = [f for f in ("question", "db_id") if f not in record]
         if missing:
@@ -278,55 +343,138 @@ def load_spider(
             )
         db_id = str(record["db_id"])
         if db_id not in databases:
-            path, sqlite_keys = convert_sqlite(database_dir / db_id / f"{db_id}.sqlite")
-            keys = table_keys.get(db_id, sqlite_keys)
-            databases[db_id] = (str(path), json.dumps(keys, sort_keys=True))
-        db_path, keys_json = databases[db_id]
-        gold = sqlite_sql_to_duckdb(_gold_of(record, index, str(questions_path)))
+            databases[db_id] = _Database.open(database_dir / db_id / f"{db_id}.sqlite", table_keys)
+        db = databases[db_id]
+        sqlite_sql = _gold_of(record, index, str(questions_path))
+        gold, kinds, problem = _carry_gold(db, sqlite_sql, gold_timeout_s)
+        if problem is not None:
+            reason, detail = problem
+            refusal = RefusedGold(index, db_id, reason, detail, sqlite_sql, gold)
+            if on_gold_error == "raise":
+                raise DatasetFormatError(
+                    f"{questions_path}: record {index} ({db_id}): the gold SQL cannot be carried "
+                    f"to DuckDB ({reason}: {detail}); pass on_gold_error='drop' to skip such "
+                    "records"
+                )
+            refused.append(refusal)
+            if on_gold_error == "drop":
+                continue
+            gold = gold or sqlite_sql_to_duckdb(sqlite_sql)
+        else:
+            rewrites.update(kinds)
         question = str(record["question"]).strip()
         evidence = str(record.get("evidence") or "").strip()
         if use_evidence and evidence:
             question += f"\nHint: {evidence}"
-        if on_gold_error != "keep":
-            problem = _gold_problem(db_path, gold, gold_timeout_s)
-            if problem:
-                if on_gold_error == "raise":
-                    raise DatasetFormatError(
-                        f"{questions_path}: record {index} ({db_id}): the gold SQL fails on "
-                        f"DuckDB ({problem}); pass on_gold_error='drop' to skip such records"
-                    )
-                failures.append(index)
-                continue
         task_key = record.get("question_id", index)
         metadata = {"db_id": db_id, "source": name}
         if "difficulty" in record:
             metadata["difficulty"] = record["difficulty"]
+        schema = schema_text(db.duckdb_path, schema_sample_rows, db.keys_json)
         tasks.append(
             Task(
                 id=f"{name}/{task_key}",
-                prompt=format_prompt(
-                    db_id, "", schema_text(db_path, schema_sample_rows, keys_json), question
-                ),
+                prompt=format_prompt(db_id, "", schema, question),
                 gold=gold,
                 metadata=metadata,
-                assets={"db_path": db_path, "db_id": db_id},
+                assets={"db_path": db.duckdb_path, "db_id": db_id},
             )
         )
-    if failures:
+    for db in databases.values():
+        db.close()
+    if refused:
+        counts = Counter(r.reason for r in refused)
         logger.warning(
-            "%s: dropped %d of %d records whose gold SQL fails on DuckDB (first: %s)",
+            "%s: %s %d of %d records whose gold SQL cannot be carried from SQLite to DuckDB "
+            "(%s; first: %s)",
             questions_path,
-            len(failures),
+            "kept" if on_gold_error == "keep" else "dropped",
+            len(refused),
             len(records),
-            failures[:10],
+            ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items())),
+            [r.index for r in refused[:10]],
         )
-    return TaskList(tasks, name=name, split=split)
+    return SpiderTasks(tasks, name=name, split=split, refused=refused, rewrites=rewrites)
 
 
-def _gold_problem(db_path: str, gold: str, timeout_s: float) -> str | None:
-    con = connect_readonly(db_path)
+@dataclass
+class _Database:
+    """One Spider database: its SQLite file, DuckDB copy, column types and keys."""
+
+    sqlite: sqlite3.Connection
+    duckdb: duckdb.DuckDBPyConnection
+    duckdb_path: str
+    keys_json: str
+    schema: dict[str, dict[str, str]]
+
+    @classmethod
+    def open(cls, sqlite_path: Path, table_keys: Mapping[str, Keys]) -> _Database:
+        path, sqlite_keys = convert_sqlite(sqlite_path)
+        keys = table_keys.get(sqlite_path.stem, sqlite_keys)
+        con = connect_readonly(path)
+        schema: dict[str, dict[str, str]] = {}
+        for table, column, kind in con.execute(
+            "SELECT table_name, column_name, data_type FROM duckdb_columns() ORDER BY table_name"
+        ).fetchall():
+            schema.setdefault(table, {})[column] = kind
+        src = sqlite3.connect(f"file:{sqlite_path}?mode=ro", uri=True, check_same_thread=False)
+        src.text_factory = lambda raw: raw.decode("utf-8", "replace")
+        return cls(src, con, str(path), json.dumps(keys, sort_keys=True), schema)
+
+    def close(self) -> None:
+        self.sqlite.close()
+        self.duckdb.close()
+
+
+def _run_sqlite(con: sqlite3.Connection, sql: str, timeout_s: float) -> list[tuple]:
+    deadline = time.monotonic() + timeout_s
+    con.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
     try:
-        outcome = execute_query(con, gold, timeout_s=timeout_s, max_rows=1)
+        return con.execute(sql).fetchall()
     finally:
-        con.close()
-    return None if outcome.ok else f"{outcome.error}: {outcome.message.splitlines()[0]}"
+        con.set_progress_handler(None, 0)
+
+
+def _run_duckdb(db: _Database, sql: str, timeout_s: float) -> tuple[list | None, str]:
+    outcome = execute_query(db.duckdb, sql, timeout_s=timeout_s)
+    if not outcome.ok:
+        first_line = (outcome.message or "").splitlines()[:1]
+        return None, f"{outcome.error}: {''.join(first_line)}"
+    return list(outcome.rows), ""
+
+
+def _carry_gold(
+    db: _Database, sqlite_sql: str, timeout_s: float
+) -> tuple[str, tuple[str, ...], tuple[str, str] | None]:
+    """The DuckDB gold, its rewrites, and ``(reason, detail)`` if it must be refused."""
+    try:
+        expected = _run_sqlite(db.sqlite, sqlite_sql, timeout_s)
+    except (sqlite3.Error, OverflowError, ValueError) as error:
+        return "", (), ("sqlite_error", f"{type(error).__name__}: {error}")
+    try:
+        carried = sqlite_to_duckdb(sqlite_sql, db.schema)
+    except TranspileError as error:
+        return "", (), ("parse_error", str(error))
+    rows, error = _run_duckdb(db, carried.sql, timeout_s)
+    if rows is None:
+        return carried.sql, carried.rewrites, ("duckdb_error", error)
+    if not expected or all(v is None for row in expected for v in row):
+        return carried.sql, carried.rewrites, ("empty_result", f"{len(expected)} row(s), no value")
+    order = has_top_level_order_by(carried.sql)
+    if "bare_column_any" in carried.rewrites:
+        for bare in ("min", "max"):
+            variant = sqlite_to_duckdb(sqlite_sql, db.schema, bare=bare).sql
+            other, _ = _run_duckdb(db, variant, timeout_s)
+            if other is None or not results_match(rows, other, order_matters=order):
+                detail = "a bare column's value depends on which row of its group is read"
+                return carried.sql, carried.rewrites, ("ambiguous", detail)
+    if not results_match(expected, rows, order_matters=order):
+        detail = f"SQLite {_preview(expected)} vs DuckDB {_preview(rows)}"
+        return carried.sql, carried.rewrites, ("result_mismatch", detail)
+    return carried.sql, carried.rewrites, None
+
+
+def _preview(rows: Sequence[Sequence[Any]], n: int = 3) -> str:
+    shown = [tuple(row) for row in rows[:n]]
+    more = f" +{len(rows) - n} more" if len(rows) > n else ""
+    return f"{len(rows)} row(s) {shown}{more}"
