@@ -168,7 +168,7 @@ def test_stop_strings_include_the_python_and_answer_tags(env):
 def test_dataset_path_runs_gsm8k_with_the_oracle(tmp_path):
     path = tmp_path / "gsm8k.jsonl"
     path.write_text(json.dumps({"question": "2 + 2?", "answer": "2+2=4\n#### 4"}) + "\n")
-    env = make_math_env(dataset=str(path), split="test")
+    env = make_math_env(dataset=str(path), split="test", holdout=1.0)
     run = vt_envs.run_episode(env, MathOracle(), seed=0)
     env.close()
     assert (run.task_id, run.reward) == ("gsm8k/test/0", 1.0)
@@ -220,3 +220,22 @@ def test_prestarted_sandboxes_start_at_the_first_reset_and_serve_the_first_call(
         assert env.unwrapped._live.sessions["python"].process is prestarted
     finally:
         env.close()
+
+
+def test_oracle_scores_one_on_every_family_and_level_through_gym_make():
+    """Issue 31's harder families are as solvable as the old ones: one task per (family, level)."""
+    import gymnasium as gym
+
+    from vt_envs.domains.math import DIFFICULTIES, FAMILIES
+
+    env = gym.make("VT-Math-v0", split="test", python_timeout_s=30.0)
+    tasks, want, runs = env.unwrapped.tasks, {(f, d) for f in FAMILIES for d in DIFFICULTIES}, {}
+    for i in range(len(tasks)):
+        key = (tasks[i].metadata["family"], tasks[i].metadata["difficulty"])
+        if key in want and key not in runs:
+            runs[key] = vt_envs.run_episode(env, MathOracle(), options={"task_id": tasks[i].id})
+        if len(runs) == len(want):
+            break
+    env.close()
+    assert set(runs) == want
+    assert {key: run.reward for key, run in runs.items()} == dict.fromkeys(want, 1.0)

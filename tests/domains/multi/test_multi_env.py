@@ -66,19 +66,17 @@ def test_no_held_out_fact_is_a_training_fact():
             out = set()
             for i in range(n):
                 t = tasks[i]
-                if t.metadata["family"] == "sql_lcm":
-                    out.add(re.search(r"customer (\d+)", t.prompt).group(0))
-                elif t.metadata["family"] == "sql_product":
-                    out.add(
-                        re.search(
-                            r"a (\w+) product in the orders placed in ([\w ]+),", t.prompt
-                        ).groups()
+                if t.metadata["family"].startswith("sql"):  # a customer or a category-month
+                    customer = re.search(r"customer (\d+)", t.prompt)
+                    month = re.search(
+                        r"a (\w+) product in the orders placed in (\w+ \d{4})", t.prompt
                     )
+                    out.add(customer.group(0) if customer else month.groups())
                 elif t.metadata["family"] == "search_days":
                     out.update(re.findall(r'\(from "([^"]+)"\)', t.prompt))
             return out
 
-        assert keys(train.tasks, 400).isdisjoint(keys(test.tasks, 300))
+        assert keys(train.tasks, 400).isdisjoint(keys(test.tasks, len(test.tasks)))
     finally:
         train.close()
         test.close()
@@ -92,7 +90,7 @@ def test_no_task_repeats_in_a_split(env):
         key = t.assets.get("number_scene", t.prompt)  # a crop task is its scene
         assert (t.metadata["family"], key) not in seen, t.id
         seen.add((t.metadata["family"], key))
-    assert len(tasks) == 300
+    assert len(tasks) == 282  # 300 asked; the SQL families have 66 held-out groups each
 
 
 def test_sql_alone_cannot_finish_the_sql_families(env):
@@ -147,3 +145,74 @@ def test_crop_tasks_show_one_image_with_both_tags_and_text_tasks_none(env):
             assert (tag == 255).all(axis=-1).mean() > 0.4  # a white tag ...
             assert (tag < 60).all(axis=-1).any()  # ... with black type and border
         assert int(task.gold) == np.prod(task.assets["oracle"]["numbers"])
+
+
+# --- issue 31: balanced families, and reset(task_id=...) builds only the asked task -------
+
+
+def test_the_test_split_gives_each_family_a_near_equal_share(env):
+    # Before issue 31: sql_lcm 40, sql_product 26, search_days 117, crop_product 117 of 300.
+    tasks = env.unwrapped.tasks
+    counts = {f: 0 for f in FAMILIES}
+    for task_id in tasks.ids():
+        counts[task_id.split("/")[2]] += 1
+    assert counts == {"sql_lcm": 66, "sql_product": 66, "search_days": 75, "crop_product": 75}
+    assert max(counts.values()) / min(counts.values()) <= 1.15
+    sample = tasks[len(tasks) - 1]  # ids name the family the task really has
+    assert sample.id.split("/")[2] == sample.metadata["family"]
+
+
+def _count_builds(monkeypatch):
+    import vt_envs.domains.multi.tasks as multi_tasks
+
+    built = []
+    for name in ("_sql_lcm", "_sql_product", "_search_days", "_crop_product"):
+        real = getattr(multi_tasks, name)
+
+        def counted(*args, _real=real, **kwargs):
+            task = _real(*args, **kwargs)
+            built.append(task.id)
+            return task
+
+        monkeypatch.setattr(multi_tasks, name, counted)
+    return built
+
+
+def _last_ids(split):
+    """The last task id of each family, from another instance of the env (as a caller who
+    logged ids holds them): looking them up must not lean on this instance's cache."""
+    other = vt_envs.make("VT-Multi-v0", split=split)  # cheap: corpus and retriever are shared
+    try:
+        ids = other.tasks.ids()
+    finally:
+        other.close()
+    return [next(i for i in reversed(ids) if f"/{family}/" in i) for family in FAMILIES]
+
+
+def test_reset_by_task_id_builds_only_that_task(monkeypatch):
+    wanted = _last_ids("test")
+    env = gym.make("VT-Multi-v0", split="test")
+    try:
+        built = _count_builds(monkeypatch)
+        for task_id in wanted:
+            _, info = env.reset(options={"task_id": task_id})
+            assert info["task_id"] == task_id
+        assert built == wanted  # one build per reset: no scan of the split (300 before)
+    finally:
+        env.close()
+
+
+@pytest.mark.slow
+def test_reset_by_task_id_on_the_train_split_builds_only_that_task(monkeypatch):
+    # Before issue 31 this built all 3,000 train tasks (130 s in the review).
+    task_id = _last_ids("train")[-1]
+    env = gym.make("VT-Multi-v0", split="train")
+    try:
+        built = _count_builds(monkeypatch)
+        env.reset(options={"task_id": task_id})
+        assert built == [task_id]
+        with pytest.raises(Exception, match="multi/train/crop_product/99999"):
+            env.reset(options={"task_id": "multi/train/crop_product/99999"})
+        assert built == [task_id]
+    finally:
+        env.close()

@@ -32,7 +32,7 @@ from vt_envs.core.examples import ExampleCall, WorkedExample
 from vt_envs.core.loaders import FieldMap
 from vt_envs.core.task import TaskSource
 from vt_envs.domains.math.generator import DIFFICULTIES, FAMILIES, math_tasks
-from vt_envs.domains.math.loaders import load_champ, load_math_dataset
+from vt_envs.domains.math.loaders import DEFAULT_HOLDOUT, load_champ, load_math_dataset
 from vt_envs.domains.math.oracle import MathNoToolPolicy, MathOracle
 from vt_envs.domains.math.verifier import MathVerifier
 from vt_envs.errors import InvalidConfigError
@@ -84,16 +84,30 @@ def _task_source(
     dataset_layout: str | None,
     fields: FieldMap | None,
     limit: int | None,
+    holdout: float | None,
+    holdout_seed: int,
 ) -> TaskSource:
+    if holdout is not None and not isinstance(dataset, (str, os.PathLike)):
+        raise InvalidConfigError(
+            f"holdout={holdout!r} splits user data (dataset=PATH or 'champ'); the embedded "
+            "generator and a TaskSource have their own splits: drop holdout"
+        )
+    kept = {"holdout": DEFAULT_HOLDOUT if holdout is None else holdout}
     if isinstance(dataset, TaskSource):
         return dataset
     if dataset is None:
         return math_tasks(split, size=size, families=families, difficulty=difficulty)
     if dataset == "champ":
-        return load_champ(split=split, limit=limit)
+        return load_champ(split=split, limit=limit, **kept)
     if isinstance(dataset, (str, os.PathLike)):
         return load_math_dataset(
-            dataset, layout=dataset_layout, fields=fields, split=split, limit=limit
+            dataset,
+            layout=dataset_layout,
+            fields=fields,
+            split=split,
+            limit=limit,
+            holdout_seed=holdout_seed,
+            **kept,
         )
     raise InvalidConfigError(
         f"dataset must be None (the embedded generator), a file path, 'champ' or a "
@@ -109,6 +123,8 @@ def make_math_env(
     dataset_layout: str | None = None,
     fields: FieldMap | None = None,
     limit: int | None = None,
+    holdout: float | None = None,
+    holdout_seed: int = 0,
     size: int | None = None,
     families: Sequence[str] | None = None,
     difficulty: Sequence[int] | int = DIFFICULTIES,
@@ -134,13 +150,19 @@ def make_math_env(
     """Build VT-Math-v0.
 
     Tasks:
-        split: ``"train"`` or ``"test"`` (the embedded test split is held out:
-            no prompt appears in both).
+        split: ``"train"`` or ``"test"`` (held out: no prompt appears in both,
+            for the embedded generator and for user data alike).
         dataset: ``None`` (embedded generator), a JSONL/JSON/Parquet path
             (GSM8K, MATH/MATH500, AIME/AMC, DeepMath, ToRL/verl), ``"champ"``,
             or any :class:`TaskSource`.
         dataset_layout, fields, limit: how to read ``dataset`` (see
-            :func:`load_math_dataset`).
+            :func:`load_math_dataset`; a directory of one-problem JSON files
+            is the MATH release's tree).
+        holdout, holdout_seed: how ``split`` splits user data with no split of
+            its own: the test split is a seeded-hash ``holdout`` fraction of it
+            (default 0.1); ``holdout=1.0`` takes a benchmark file whole as
+            ``split="test"``. Data with a ``split`` field (or ``train/``/``test/``
+            directories) keeps its own. Never a mere label: an empty split is refused.
         size, families, difficulty: the embedded generator's size, problem
             families (:data:`FAMILIES`) and levels (1 easy … 3 hard).
 
@@ -179,6 +201,8 @@ def make_math_env(
         dataset_layout=dataset_layout,
         fields=fields,
         limit=limit,
+        holdout=holdout,
+        holdout_seed=holdout_seed,
     )
     tool = PythonTool(
         timeout_s=python_timeout_s,

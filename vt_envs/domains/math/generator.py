@@ -4,7 +4,11 @@ Every problem is written by this module (no dataset, no licence question) from
 a random stream keyed by ``(split, index, attempt)``, so the same index gives
 the same task on every machine. Each family is chosen so that running code
 genuinely helps: products of big numbers, modular powers, sums over long
-ranges, exact fraction arithmetic, linear systems, prime counts.
+ranges, exact fraction arithmetic, linear systems, prime counts — and
+(issue 31) multi-step word problems, proofs by computation over a range and
+competition-style counting, whose exact integer answers need a program.
+New families are appended to :data:`FAMILIES`, so an explicit ``families``
+list draws the same tasks as before; the default mix draws from all.
 
 Answers are exact strings the math verifier accepts: integers (``"1234"``),
 reduced fractions (``"3/7"``, with a leading ``-`` when negative), or
@@ -23,6 +27,7 @@ each split redraws (``attempt + 1``) until its problem falls on its side.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -304,7 +309,7 @@ def _word_production(rng: np.random.Generator, d: int) -> Problem:
 
 
 def _binomial_mod(rng: np.random.Generator, d: int) -> Problem:
-    n = int(rng.integers(*((6, 40), (50, 500), (1000, 5000))[d - 1]))
+    n = int(rng.integers(*((6, 120), (50, 500), (1000, 5000))[d - 1]))  # d1: 6-40 before issue 31
     k = int(rng.integers(2, n - 1))
     mod = (1000, 10**6, 10**9 + 7)[d - 1]
     prompt = f"What is C({n}, {k}) (the binomial coefficient) modulo {mod}?"
@@ -313,8 +318,8 @@ def _binomial_mod(rng: np.random.Generator, d: int) -> Problem:
 
 
 def _lcm_range(rng: np.random.Generator, d: int) -> Problem:
-    lo = int(rng.integers(2, (30, 40, 200)[d - 1]))
-    hi = lo + int(rng.integers(*((3, 9), (15, 40), (60, 150))[d - 1]))
+    lo = int(rng.integers(2, (200, 400, 200)[d - 1]))  # d1, d2 widened in issue 31 (repeats)
+    hi = lo + int(rng.integers(*((2, 7), (15, 40), (60, 150))[d - 1]))
     mod = (None, None, 10**9 + 7)[d - 1]
     value = 1
     for k in range(lo, hi + 1):
@@ -327,6 +332,231 @@ def _lcm_range(rng: np.random.Generator, d: int) -> Problem:
         f"print(v{f' % {mod}' if mod else ''})"
     )
     return Problem("lcm_range", d, prompt, str(value % mod if mod else value), code)
+
+
+# Harder families (issue 31): multi-step word problems, proofs by computation over a
+# range, and competition-style counting. Each answer is an exact integer that code
+# computes in well under a second and a closed-book guess almost never hits.
+
+
+def _word_inventory(rng: np.random.Generator, d: int) -> Problem:
+    """Several computations in a row: ship a share, round down, restock, repeat."""
+    stock = int(rng.integers(*((200, 2000), (2000, 50_000), (50_000, 2_000_000))[d - 1]))
+    pct = int(rng.integers(5, 40))
+    delivery = int(rng.integers(*((20, 300), (300, 8000), (8000, 300_000))[d - 1]))
+    months = int(rng.integers(*((3, 7), (8, 25), (24, 121))[d - 1]))
+    value = stock
+    for _ in range(months):
+        value = value - value * pct // 100 + delivery
+    prompt = (
+        f"A warehouse holds {stock:,} crates at the start of the year. Each month it first "
+        f"ships out {pct}% of the crates it holds (rounded down to whole crates), then "
+        f"receives a delivery of {delivery:,} crates. How many crates does it hold after "
+        f"{months} months?"
+    )
+    code = (
+        f"v = {stock}\nfor _ in range({months}):\n"
+        f"    v = v - v * {pct} // 100 + {delivery}\nprint(v)"
+    )
+    return Problem("word_inventory", d, prompt, str(value), code)
+
+
+def _word_savings(rng: np.random.Generator, d: int) -> Problem:
+    """Two savings plans: find the first week one overtakes the other, then its total."""
+    a0 = int(rng.integers(0, (50, 2000, 100_000)[d - 1]))
+    b0 = a0 + int(rng.integers(0, (100, 5000, 500_000)[d - 1]))
+    a = int(rng.integers(5, (40, 300, 5000)[d - 1]))
+    b = a + int(rng.integers(1, (30, 500, 20_000)[d - 1]))
+    step = int(rng.integers(1, (6, 20, 60)[d - 1]))
+    week, ana, ben = 0, a0, b0
+    while ana <= ben:
+        week += 1
+        ana, ben = ana + a + step * (week - 1), ben + b
+    prompt = (
+        f"Ana has ${a0:,} saved and Ben has ${b0:,}. Every week Ben adds ${b:,}. Ana adds "
+        f"${a:,} in the first week and ${step} more each week than the week before. At the end "
+        "of the first week in which Ana's savings exceed Ben's, how many dollars has Ana saved?"
+    )
+    code = (
+        f"week, ana, ben = 0, {a0}, {b0}\nwhile ana <= ben:\n    week += 1\n"
+        f"    ana, ben = ana + {a} + {step} * (week - 1), ben + {b}\nprint(ana)"
+    )
+    return Problem("word_savings", d, prompt, str(ana), code)
+
+
+_SIEVE = (
+    "def sieve(n):\n    s = bytearray([1]) * (n + 1)\n    s[0:2] = b'\\x00\\x00'\n"
+    "    for i in range(2, int(n ** 0.5) + 1):\n        if s[i]:\n"
+    "            s[i * i :: i] = bytearray(len(range(i * i, n + 1, i)))\n    return s\n"
+)
+_COLLATZ = (
+    "def steps(n, memo={1: 0}):\n    path = []\n    while n not in memo:\n"
+    "        path.append(n)\n        n = n // 2 if n % 2 == 0 else 3 * n + 1\n"
+    "    for m in reversed(path):\n        memo[m] = memo[n] + 1\n        n = m\n"
+    "    return memo[n]\n"
+)
+_TWO_SQUARES = (
+    "import math\n"
+    "def two_squares(lo, hi):\n    hit = set()\n    a = 0\n    while 2 * a * a <= hi:\n"
+    "        b = max(a, math.isqrt(max(lo - a * a, 0)))\n        while a * a + b * b <= hi:\n"
+    "            if a * a + b * b >= lo:\n                hit.add(a * a + b * b)\n"
+    "            b += 1\n        a += 1\n    return len(hit)\n"
+)
+
+
+def _run_helper(source: str, call: str) -> int:
+    """Evaluate one of the helper sources above (shared by the gold and the solution)."""
+    scope: dict[str, object] = {}
+    exec(source, scope)  # our own source text, never the agent's
+    return int(eval(call, scope))
+
+
+def _property_check(rng: np.random.Generator, d: int) -> Problem:
+    """Proof by computation: check a property at every point of a range; report a statistic."""
+    kind = int(rng.integers(3))
+    if kind == 0:
+        hi = int(rng.integers(*((40, 400), (500, 5000), (5000, 20_000))[d - 1])) * 2
+        lo = max(4, hi - 2 * int(rng.integers(*((5, 15), (20, 80), (30, 100))[d - 1])))
+        call = (
+            f"sum(1 for m in range({lo}, {hi} + 1, 2) "
+            "for p in range(2, m // 2 + 1) if s[p] and s[m - p])"
+        )
+        source = _SIEVE + f"s = sieve({hi})\n"
+        prompt = (
+            "Goldbach's conjecture says every even number greater than 2 is a sum of two "
+            f"primes. Check it for every even m with {lo} \u2264 m \u2264 {hi}: count, for each m, "
+            "the ways to write m = p + q with primes p \u2264 q. What is the total of these "
+            "counts over the range?"
+        )
+    elif kind == 1:
+        lo = int(rng.integers(2, (1000, 10_000, 1_000_000)[d - 1]))
+        hi = lo + int(rng.integers(*((10, 30), (100, 500), (300, 1000))[d - 1]))
+        call = f"min(range({lo}, {hi} + 1), key=lambda n: (-steps(n), n))"
+        source = _COLLATZ
+        prompt = (
+            "The Collatz map sends n to n/2 if n is even and to 3n + 1 if n is odd. Verify that "
+            f"every starting value from {lo} to {hi} reaches 1, and find the starting value in "
+            "that range that takes the most steps to get there (the smallest one if several tie)."
+        )
+    else:
+        lo = int(rng.integers(1, (2000, 100_000, 10**9)[d - 1]))
+        hi = lo + int(rng.integers(*((20, 60), (200, 1000), (1000, 5000))[d - 1]))
+        call = f"two_squares({lo}, {hi})"
+        source = _TWO_SQUARES
+        prompt = (
+            f"Check every integer n with {lo} \u2264 n \u2264 {hi}: can it be written as a^2 + b^2 "
+            "with integers a, b \u2265 0? How many of them can?"
+        )
+    value = _run_helper(source, call)
+    return Problem("property_check", d, prompt, str(value), f"{source}print({call})")
+
+
+def _factored(rng: np.random.Generator, d: int) -> dict[int, int]:
+    """A random integer as ``{prime: exponent}``, at most 10^4, 10^6 or 10^12."""
+    primes = [p for p in range(2, 200) if all(p % q for q in range(2, int(p**0.5) + 1))]
+    limit, value, factors = (10**4, 10**6, 10**12)[d - 1], 1, {}
+    for p in rng.choice(primes[: (12, 20, 46)[d - 1]], size=(3, 5, 8)[d - 1], replace=False):
+        e = int(rng.integers(1, (4, 5, 6)[d - 1]))
+        while e and value * int(p) ** e > limit:
+            e -= 1
+        if e:
+            factors[int(p)], value = e, value * int(p) ** e
+    return factors
+
+
+_FACTOR = (
+    "def factor(n):\n    f, p = {}, 2\n    while p * p <= n:\n        while n % p == 0:\n"
+    "            f[p] = f.get(p, 0) + 1\n            n //= p\n        p += 1\n"
+    "    if n > 1:\n        f[n] = f.get(n, 0) + 1\n    return f\n"
+)
+_DIGIT_COUNT = (
+    "from functools import lru_cache\n"
+    "def count(n, s):\n    digits = list(map(int, str(n)))\n    @lru_cache(None)\n"
+    "    def go(i, left, tight):\n        if left < 0:\n            return 0\n"
+    "        if i == len(digits):\n            return int(left == 0)\n"
+    "        top = digits[i] if tight else 9\n"
+    "        return sum(go(i + 1, left - x, tight and x == top) for x in range(top + 1))\n"
+    "    return go(0, s, True)\n"
+)
+
+
+def _number_theory(rng: np.random.Generator, d: int) -> Problem:
+    """Competition-style number theory with an exact integer answer."""
+    kind = int(rng.integers(3))
+    if kind == 0:
+        factors = _factored(rng, d)
+        m = math.prod(p**e for p, e in factors.items())
+        prompt = f"How many ordered pairs (a, b) of positive integers satisfy lcm(a, b) = {m}?"
+        call = f"math.prod(2 * e + 1 for e in factor({m}).values())"
+    elif kind == 1:
+        factors = _factored(rng, max(1, d - 1))
+        m = math.prod(p**e for p, e in factors.items())
+        n = int(rng.integers(*((50, 1000), (10**4, 10**7), (10**9, 10**15))[d - 1]))
+        prompt = f"How many integers n with 1 \u2264 n \u2264 {n} are coprime to {m}?"
+        call = (
+            f"sum((-1) ** r * ({n} // math.prod(c)) for r in range(len(factor({m})) + 1) "
+            f"for c in itertools.combinations(factor({m}), r))"
+        )
+    else:
+        n = int(rng.integers(*((100, 1000), (10**5, 10**7), (10**12, 10**16))[d - 1]))
+        s = int(rng.integers(2, (15, 30, 60)[d - 1]))
+        prompt = (
+            f"How many integers n with 1 \u2264 n \u2264 {n} have decimal digits summing to {s}?"
+        )
+        call = f"count({n}, {s})"
+    source = "import itertools, math\n" + _FACTOR + (_DIGIT_COUNT if kind == 2 else "")
+    value = _run_helper(source, call)
+    return Problem("number_theory", d, prompt, str(value), f"{source}print({call})")
+
+
+def _combinatorics(rng: np.random.Generator, d: int) -> Problem:
+    """Counting that a DP does exactly: change-making, subset sums, blocked lattice paths."""
+    kind = int(rng.integers(3))
+    if kind == 0:
+        pool = np.arange(1, (12, 40, 60)[d - 1])  # small coins: many ways, no guessable 0 or 1
+        coins = sorted(int(c) for c in rng.choice(pool, size=(3, 4, 6)[d - 1], replace=False))
+        total = int(rng.integers(*((30, 120), (300, 2000), (5000, 30_000))[d - 1]))
+        prompt = (
+            f"In how many ways can exactly {total} cents be paid with coins worth "
+            f"{', '.join(map(str, coins))} cents (any number of each coin; the order of the "
+            "coins does not matter)?"
+        )
+        body = (
+            f"w = [1] + [0] * {total}\nfor c in {coins}:\n"
+            f"    for v in range(c, {total} + 1):\n        w[v] += w[v - c]\n"
+        )
+        expr = f"w[{total}]"
+    elif kind == 1:
+        size = (6, 14, 40)[d - 1]
+        items = [int(x) for x in rng.integers(1, (30, 200, 10_000)[d - 1], size=size)]
+        k = int(rng.integers(3, (10, 30, 200)[d - 1]))
+        prompt = (
+            f"How many subsets of the list [{', '.join(map(str, items))}] have a sum divisible "
+            f"by {k}? (Positions are distinct, so equal numbers count separately; the empty "
+            "subset counts.)"
+        )
+        body = (
+            f"w = [1] + [0] * {k - 1}\nfor x in {items}:\n"
+            f"    w = [w[r] + w[(r - x) % {k}] for r in range({k})]\n"
+        )
+        expr = "w[0]"
+    else:
+        a, b = (int(x) for x in rng.integers(*((3, 13), (10, 40), (40, 150))[d - 1], size=2))
+        blocked = sorted({(int(rng.integers(1, a)), int(rng.integers(1, b))) for _ in range(d)})
+        prompt = (
+            f"A path goes from (0, 0) to ({a}, {b}) in unit steps, each step right (+1 in x) or "
+            f"up (+1 in y). How many such paths never pass through "
+            f"{' or '.join(f'({x}, {y})' for x, y in blocked)}?"
+        )
+        body = (
+            f"blocked = {blocked}\nw = [[0] * {b + 1} for _ in range({a + 1})]\nw[0][0] = 1\n"
+            f"for x in range({a + 1}):\n    for y in range({b + 1}):\n"
+            "        if (x, y) in blocked:\n            w[x][y] = 0\n"
+            "        elif x or y:\n"
+            "            w[x][y] = (w[x - 1][y] if x else 0) + (w[x][y - 1] if y else 0)\n"
+        )
+        expr = f"w[{a}][{b}]"
+    return Problem("combinatorics", d, prompt, str(_run_helper(body, expr)), f"{body}print({expr})")
 
 
 FAMILIES: dict[str, Callable[[np.random.Generator, int], Problem]] = {
@@ -342,6 +572,12 @@ FAMILIES: dict[str, Callable[[np.random.Generator, int], Problem]] = {
     "word_production": _word_production,
     "binomial_mod": _binomial_mod,
     "lcm_range": _lcm_range,
+    # issue 31's harder families (appended: explicit family lists draw as before)
+    "word_inventory": _word_inventory,
+    "word_savings": _word_savings,
+    "property_check": _property_check,
+    "number_theory": _number_theory,
+    "combinatorics": _combinatorics,
 }
 """Problem families by name; each maps ``(rng, difficulty)`` to a :class:`Problem`."""
 

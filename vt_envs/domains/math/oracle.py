@@ -13,20 +13,31 @@ answer. Its trajectories are SFT demonstrations (the quickstart's).
 
 :class:`MathNoToolPolicy` answers at once, without the tool, with a crude
 guess (the last number in the question): the floor a tool-using policy
-must beat.
+must beat. :class:`MathShortcutPolicy` tries the other closed-book guesses a
+benchmark author worries about (:data:`SHORTCUTS`: the largest number, the
+product or sum of the numbers, 0, 1); on the embedded test split each stays
+within a few points of zero (``tests/domains/math/test_math_shortcuts.py``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vt_envs.core.policy import OraclePolicy, Policy
 from vt_envs.core.task import Task
 
-__all__ = ["ORACLE_MARKER", "MathCodePolicy", "MathNoToolPolicy", "MathOracle"]
+__all__ = [
+    "ORACLE_MARKER",
+    "SHORTCUTS",
+    "MathCodePolicy",
+    "MathNoToolPolicy",
+    "MathOracle",
+    "MathShortcutPolicy",
+]
 
 ORACLE_MARKER = "ORACLE_ANSWER="
 _MARKED = re.compile(re.escape(ORACLE_MARKER) + r"(\".*\")")
@@ -116,3 +127,35 @@ class MathNoToolPolicy(Policy):
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         return f"The answer is \\boxed{{{self.guess}}}."
+
+
+def _numbers(prompt: str) -> list[int]:
+    """The integers of a prompt (thousands separators removed; decimals dropped)."""
+    return [int(n.replace(",", "")) for n in _NUMBER.findall(prompt) if "." not in n]
+
+
+SHORTCUTS: dict[str, Callable[[str], int]] = {
+    "last": lambda p: (_numbers(p) or [0])[-1],
+    "largest": lambda p: max(_numbers(p), default=0),
+    "product": lambda p: math.prod(n for n in _numbers(p) if abs(n) < 10**12),
+    "sum": lambda p: sum(_numbers(p)),
+    "zero": lambda p: 0,
+    "one": lambda p: 1,
+}
+"""Closed-book guesses from the prompt's surface alone, by name."""
+
+
+class MathShortcutPolicy(Policy):
+    """A closed-book shortcut: answers at once with the ``strategy`` guess of
+    :data:`SHORTCUTS` on the prompt, never calling the tool."""
+
+    def __init__(self, strategy: str = "largest"):
+        if strategy not in SHORTCUTS:
+            raise ValueError(f"strategy must be one of {sorted(SHORTCUTS)}, got {strategy!r}")
+        self.strategy = strategy
+
+    def reset(self, task: Task) -> None:
+        self.guess = SHORTCUTS[self.strategy](task.prompt)
+
+    def act(self, observation: str, info: Mapping[str, Any]) -> str:
+        return f"<answer>{self.guess}</answer>"

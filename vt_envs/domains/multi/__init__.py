@@ -114,7 +114,8 @@ def make_multi_env(
     """Build VT-Multi-v0.
 
     Args:
-        split: ``"train"`` (3,000 tasks) or ``"test"`` (300, held out).
+        split: ``"train"`` (2,474 tasks) or ``"test"`` (282, held out); the
+            families take equal turns (see :func:`multi_tasks`).
         families: task families (:data:`FAMILIES`): ``sql_lcm``,
             ``sql_product``, ``search_days``, ``crop_product``.
         size: at most this many tasks.

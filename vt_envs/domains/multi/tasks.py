@@ -1,13 +1,14 @@
 """VT-Multi-v0's task families: each needs two different tools in one episode.
 
 - ``sql_lcm`` (SQL, then Python): *What is the least common multiple of the
-  unit prices, in cents, of all items ordered by customer 43?* The prices are
-  only in the ``shop`` database; their LCM (8-40 prices: dozens of digits)
-  overflows DuckDB's 128-bit integers, so SQL alone cannot finish it.
+  unit prices, in cents, of all items ordered by customer 43?* (or of the
+  Books items ordered in March 2023). The prices are only in the ``shop``
+  database; their LCM (8-40 prices: dozens of digits) overflows DuckDB's
+  128-bit integers, so SQL alone cannot finish it.
 - ``sql_product`` (SQL, then Python): *the exact product of the line totals
   (quantity times unit price, in cents) of the Books items ordered in March
-  2023* — 16-40 factors, over a hundred digits: exact only with Python's
-  integers (DuckDB's is a float).
+  2023* (or of a customer's items) — 8-40 factors, dozens to hundreds of
+  digits: exact only with Python's integers (DuckDB's is a float).
 - ``search_days`` (search, then Python): two sentences of the Wikipedia
   summaries with a year blanked out (VT-Search-v0's ``year_cloze`` tasks,
   each retrievable by its sentence); *how many days are there from 1 January
@@ -26,7 +27,9 @@ falls in one bucket of eight; a search pair takes both sentences from
 VT-Search-v0's own split (held-out articles), so no test fact is a training
 fact. No task repeats: each family draws its customers, category-months and
 sentence pairs without replacement (a seeded order), and the source
-interleaves the families until each runs out.
+interleaves the families, each capped at an equal share of the size
+(balanced: the test split holds 66, 66, 75, 75 of 282). Lookup by id builds
+only that task (:class:`MultiTasks`).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -43,7 +46,7 @@ import numpy as np
 from vt_envs.core.task import SPLITS, GeneratedTasks, Task, TaskSource
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["FAMILIES", "images_of_task", "multi_tasks", "number_scene"]
+__all__ = ["FAMILIES", "MultiTasks", "images_of_task", "multi_tasks", "number_scene"]
 
 FAMILIES = ("sql_lcm", "sql_product", "search_days", "crop_product")
 _TEST_BUCKETS = 8
@@ -72,16 +75,25 @@ def _shop_facts(db_path: str) -> dict[str, Any]:
         ).fetchall()
     finally:
         con.close()
-    prices: dict[int, list[int]] = {}
-    totals: dict[tuple[str, str], list[int]] = {}
+    # Each SQL family groups the items two ways (by customer, by category-month), so
+    # that it has as many held-out groups as the other families have test tasks.
+    groups: dict[str, dict[Any, list[int]]] = {
+        "customer_prices": {},
+        "customer_totals": {},
+        "month_prices": {},
+        "month_totals": {},
+    }
     for customer, category, month, quantity, cents in items:
-        prices.setdefault(int(customer), []).append(int(cents))
-        totals.setdefault((str(category), str(month)), []).append(int(quantity) * int(cents))
+        month_key, total = (str(category), str(month)), int(quantity) * int(cents)
+        groups["customer_prices"].setdefault(int(customer), []).append(int(cents))
+        groups["customer_totals"].setdefault(int(customer), []).append(total)
+        groups["month_prices"].setdefault(month_key, []).append(int(cents))
+        groups["month_totals"].setdefault(month_key, []).append(total)
     # 8 values at least (an LCM or product SQL cannot finish), 40 at most (the SQL tool
     # shows 50 rows: the agent sees every value)
     return {
-        "prices": {c: p for c, p in prices.items() if 8 <= len(p) <= 40},
-        "totals": {k: t for k, t in totals.items() if 8 <= len(t) <= 40},
+        name: {k: v for k, v in group.items() if 8 <= len(v) <= 40}
+        for name, group in groups.items()
     }
 
 
@@ -92,56 +104,68 @@ def _pool(keys: Sequence[Any], split: str, key: Callable[[Any], str], seed: int)
     return [mine[int(i)] for i in order]
 
 
-def _sql_lcm(db_path: str, split: str, customer: int) -> Task:
-    value = math.lcm(*_shop_facts(db_path)["prices"][customer])
-    query = (
-        "SELECT i.unit_price FROM order_items i JOIN orders o USING (order_id) "
-        f"WHERE o.customer_id = {customer}"
+def _group_words(group: tuple[str, Any]) -> tuple[str, str, str]:
+    """``(id key, the items in words, the SQL filter)`` of a customer or a category-month."""
+    kind, key = group
+    if kind == "customer":
+        return f"c{key}", f"all the items ordered by customer {key}", f"o.customer_id = {key}"
+    category, month = key
+    year, mon = (int(x) for x in month.split("-"))
+    when = datetime.date(year, mon, 1).strftime("%B %Y")
+    return (
+        f"{category}-{month}",
+        f"every item of a {category} product in the orders placed in {when}",
+        f"p.category = '{category}' AND strftime(o.order_date, '%Y-%m') = '{month}'",
     )
+
+
+_FROM = "FROM order_items i JOIN orders o USING (order_id) JOIN products p USING (product_id) "
+
+
+def _sql_lcm(db_path: str, split: str, group: tuple[str, Any]) -> Task:
+    facts = _shop_facts(db_path)[f"{group[0]}_prices"][group[1]]
+    key, items, where = _group_words(group)
     prompt = (
         "In the shop database, what is the least common multiple of the unit prices, in "
-        f"cents, of all the items ordered by customer {customer}? (A unit price of $12.34 is "
-        "1234 cents.) Give the exact integer."
+        f"cents, of {items}? (A unit price of $12.34 is 1234 cents.) Give the exact integer."
     )
     return _task(
         "sql_lcm",
         split,
-        f"c{customer}",
+        key,
         prompt,
-        str(value),
+        str(math.lcm(*facts)),
         db_path,
-        query=query,
+        query=f"SELECT i.unit_price {_FROM}WHERE {where}",
         code="import math\nprint(math.lcm(*[round(p * 100) for p in VALUES]))",
         needs=("sql", "python"),
     )
 
 
-def _sql_product(db_path: str, split: str, key: tuple[str, str]) -> Task:
-    category, month = key
-    value = math.prod(_shop_facts(db_path)["totals"][key])
-    year, mon = (int(x) for x in month.split("-"))
-    when = datetime.date(year, mon, 1).strftime("%B %Y")
-    query = (
-        "SELECT i.quantity * i.unit_price FROM order_items i JOIN orders o USING (order_id) "
-        f"JOIN products p USING (product_id) WHERE p.category = '{category}' "
-        f"AND strftime(o.order_date, '%Y-%m') = '{month}'"
-    )
+def _sql_product(db_path: str, split: str, group: tuple[str, Any]) -> Task:
+    facts = _shop_facts(db_path)[f"{group[0]}_totals"][group[1]]
+    key, items, where = _group_words(group)
     prompt = (
-        f"In the shop database, take every item of a {category} product in the orders placed "
-        f"in {when}, and its line total: quantity times unit price, in cents. What is the exact "
-        "product of all these line totals?"
+        f"In the shop database, take {items}, and its line total: quantity times unit "
+        "price, in cents. What is the exact product of all these line totals?"
     )
     return _task(
         "sql_product",
         split,
-        f"{category}-{month}",
+        key,
         prompt,
-        str(value),
+        str(math.prod(facts)),
         db_path,
-        query=query,
+        query=f"SELECT i.quantity * i.unit_price {_FROM}WHERE {where}",
         code="import math\nprint(math.prod(round(t * 100) for t in VALUES))",
         needs=("sql", "python"),
     )
+
+
+def _split_key(group: tuple[str, Any]) -> str:
+    """What decides a group's split: a customer, or a category-month (as before issue 31)."""
+    kind, key = group
+    return f"customer/{key}" if kind == "customer" else f"sales/{key}"
 
 
 def _year_facts(search_tasks: TaskSource) -> list[Task]:
@@ -285,6 +309,32 @@ def _task(
     )
 
 
+class MultiTasks(GeneratedTasks):
+    """VT-Multi-v0's source: tasks built on demand, and looked up by id without
+    building any other (an id names its family and its draw)."""
+
+    def __init__(self, generate: Callable[[str, int], Task], ids: Sequence[str], *, split: str):
+        super().__init__(generate, len(ids), name="multi", split=split)
+        self._id_index = {task_id: index for index, task_id in enumerate(ids)}
+
+    def find(self, task_id: str, *, scan: bool = True) -> Task | None:
+        index = self._id_index.get(task_id)
+        return None if index is None else self[index]
+
+    def ids(self) -> list[str]:
+        """Every task's id, in index order, without building a task."""
+        return list(self._id_index)
+
+
+def _interleave(pools: Mapping[str, Sequence[Any]], names: Sequence[str], wanted: int) -> list:
+    """``(family, k)`` in turns, each family capped at an equal share of ``wanted``."""
+    share = -(-wanted // len(names))
+    order: list[tuple[str, int]] = []
+    for turn in range(share):
+        order.extend((f, turn) for f in names if turn < len(pools[f]))
+    return order[:wanted]
+
+
 def multi_tasks(
     split: str = "train",
     *,
@@ -292,14 +342,15 @@ def multi_tasks(
     db_path: str,
     families: Sequence[str] = FAMILIES,
     size: int | None = None,
-) -> GeneratedTasks:
-    """The seeded task source of VT-Multi-v0 (train: 3,000 tasks; test: 300).
+) -> MultiTasks:
+    """The seeded task source of VT-Multi-v0 (train: 3,000 tasks at most; test: 300).
 
     The families take turns (index 0 is the first family's first task, index
-    1 the second family's, ...); a family whose customers, category-months or
-    sentence pairs run out drops out of the rotation. ``search_tasks`` is
-    VT-Search-v0's source of the same split (its year sentences); ``db_path``
-    the ``shop`` database.
+    1 the second family's, ...), each capped at an equal share of the size, so
+    no family outnumbers another; a family whose groups or sentence pairs run
+    out drops out of the rotation (the source is then smaller). ``search_tasks``
+    is VT-Search-v0's source of the same split (its year sentences);
+    ``db_path`` the ``shop`` database.
     """
     if split not in SPLITS:
         raise InvalidConfigError(f"split must be one of {SPLITS}, got {split!r}")
@@ -308,12 +359,37 @@ def multi_tasks(
     if unknown or not names:
         raise InvalidConfigError(f"families must be a non-empty list of {FAMILIES}, got {names}")
     wanted = size or (3000 if split == "train" else 300)
+    pools = _pools(split, names, search_tasks, db_path, wanted)
+    order = _interleave(pools, names, wanted)
+    builders: dict[str, Callable[[str, int], Task]] = {
+        "sql_lcm": lambda s, k: _sql_lcm(db_path, s, pools["sql_lcm"][k]),
+        "sql_product": lambda s, k: _sql_product(db_path, s, pools["sql_product"][k]),
+        "search_days": lambda s, k: _search_days(db_path, s, pools["search_days"][k], k),
+        "crop_product": lambda s, k: _crop_product(db_path, s, k),
+    }
+
+    def task_id(family: str, k: int) -> str:
+        key = _group_words(pools[family][k])[0] if family.startswith("sql") else k
+        return f"multi/{split}/{family}/{key}"
+
+    def generate(split: str, index: int) -> Task:
+        family, k = order[index]
+        return builders[family](split, k)
+
+    return MultiTasks(generate, [task_id(f, k) for f, k in order], split=split)
+
+
+def _pools(
+    split: str, names: Sequence[str], search_tasks: TaskSource | None, db_path: str, wanted: int
+) -> dict[str, Sequence[Any]]:
+    """What each family draws from, in ``split``'s seeded order."""
     shop = _shop_facts(db_path) if {"sql_lcm", "sql_product"} & set(names) else {}
     pools: dict[str, Sequence[Any]] = {}
-    if "sql_lcm" in names:
-        pools["sql_lcm"] = _pool(list(shop["prices"]), split, lambda c: f"customer/{c}", 11)
-    if "sql_product" in names:
-        pools["sql_product"] = _pool(list(shop["totals"]), split, lambda k: f"sales/{k}", 12)
+    for family, seed, value in (("sql_lcm", 11, "prices"), ("sql_product", 12, "totals")):
+        if family in names:
+            groups = [("customer", c) for c in shop[f"customer_{value}"]]
+            groups += [("month", k) for k in shop[f"month_{value}"]]
+            pools[family] = _pool(groups, split, _split_key, seed)
     if "search_days" in names:
         facts = _year_facts(search_tasks) if search_tasks is not None else []
         if len(facts) < 2:
@@ -324,22 +400,4 @@ def multi_tasks(
         pools["search_days"] = _year_pairs(facts, split, wanted)
     if "crop_product" in names:
         pools["crop_product"] = range(wanted)
-    order: list[tuple[str, int]] = []
-    for turn in range(wanted):
-        active = [f for f in names if turn < len(pools[f])]
-        if not active:
-            break
-        order.extend((f, turn) for f in active)
-    order = order[:wanted]
-    builders: dict[str, Callable[[str, int], Task]] = {
-        "sql_lcm": lambda s, k: _sql_lcm(db_path, s, pools["sql_lcm"][k]),
-        "sql_product": lambda s, k: _sql_product(db_path, s, pools["sql_product"][k]),
-        "search_days": lambda s, k: _search_days(db_path, s, pools["search_days"][k], k),
-        "crop_product": lambda s, k: _crop_product(db_path, s, k),
-    }
-
-    def generate(split: str, index: int) -> Task:
-        family, k = order[index]
-        return builders[family](split, k)
-
-    return GeneratedTasks(generate, len(order), name="multi", split=split)
+    return pools
