@@ -47,7 +47,7 @@ $(VLLM_VENV)/.installed: pyproject.toml setup.cfg constraints/cpu.txt
 	@touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/python -m pytest -q -m vllm
+	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM_BIN)/python -m pytest -q -m "vllm and not slow"
 
 test-all: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m ""

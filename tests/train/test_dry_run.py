@@ -14,6 +14,18 @@ from vt_train.dry_run import _scaled_batch, dry_run_config
 
 CONFIGS = Path(__file__).parents[2] / "configs"
 GPU_RECIPES = sorted(p.name for p in CONFIGS.glob("*.yaml") if "qwen" in p.name)
+# `make test` keeps one recipe per distinct path (ZeRO-3 text in bf16; ZeRO-3
+# vision-language); the others differ from these in sizes and options only and
+# run with `make test-all` (the HF engine) or `-m "vllm and slow"`.
+DEFAULT_DRY_RUNS = {"math_dapo_qwen2.5-7b.yaml", "visual_grpo_qwen2.5-vl-7b.yaml"}
+DEFAULT_VLLM_DRY_RUNS = {"math_dapo_qwen2.5-7b.yaml"}
+
+
+def _recipes(default: set[str]) -> list:
+    return [
+        name if name in default else pytest.param(name, marks=pytest.mark.slow)
+        for name in GPU_RECIPES
+    ]
 
 
 @pytest.mark.parametrize(
@@ -47,7 +59,7 @@ def test_the_dry_run_config_keeps_the_recipe_but_the_sizes(tmp_path):
     assert written["num_hidden_layers"] == 2 and written["hidden_size"] == 64
 
 
-@pytest.mark.parametrize("recipe", GPU_RECIPES)
+@pytest.mark.parametrize("recipe", _recipes(DEFAULT_DRY_RUNS))
 def test_every_gpu_recipe_passes_its_dry_run(recipe, tmp_path, capsys):
     from vt_train.cli import main
 
@@ -69,7 +81,7 @@ def test_every_gpu_recipe_passes_its_dry_run(recipe, tmp_path, capsys):
 
 @pytest.mark.vllm
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
-@pytest.mark.parametrize("recipe", GPU_RECIPES)
+@pytest.mark.parametrize("recipe", _recipes(DEFAULT_VLLM_DRY_RUNS))
 def test_every_gpu_recipe_passes_its_dry_run_on_vllm(recipe, tmp_path, monkeypatch):
     """The recipe's own engine: vLLM in the recipe's dtype (bf16), weights synced
     from the recipe's ZeRO stage, its sync check at the bf16 tolerances."""

@@ -196,7 +196,9 @@ def test_a_64_trajectory_batch_holds_each_image_once():
     assert not any(isinstance(v, torch.Tensor) and v.dim() > 2 for v in vars(batch).values())
 
 
-@pytest.mark.parametrize("algo, steps", [("grpo", 2), ("ppo", 1)])
+@pytest.mark.parametrize(
+    "algo, steps", [pytest.param("grpo", 2, marks=pytest.mark.slow), ("ppo", 1)]
+)
 def test_the_cpu_recipe_trains_on_vt_visual(tmp_path, algo, steps):
     from vt_train.cli import main
     from vt_train.vision import is_vision_language, load_policy
