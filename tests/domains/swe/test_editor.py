@@ -241,7 +241,7 @@ def _gym_call(name, **arguments):
 @pytest.mark.parametrize("command", ["view", "str_replace", "insert"])
 def test_a_fifo_in_the_copy_is_an_observation_through_the_env(command):
     """(A guard: the editor's own type check refused this already; the race is below.)"""
-    env = gym.make("VT-SWE-v0", split="test", max_calls_per_turn=2)
+    env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test", max_calls_per_turn=2)
     try:
         env.reset(seed=0)
         make = "rm vtutils/stats.py && mkfifo vtutils/stats.py && ls -l vtutils/stats.py"

@@ -138,7 +138,7 @@ def _append_to_package(code: str) -> str:
 def _episode(actions, *, seed=0, **kwargs):
     """The actions, then ``<submit>``, on VT-SWE-v0's held-out task ``seed`` (its bug
     unfixed); ``(reward, info, observations, submit step seconds, task)``."""
-    env = gym.make("VT-SWE-v0", split="test", **kwargs)
+    env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test", **kwargs)
     try:
         obs, _ = env.reset(seed=seed)
         task = env.unwrapped.task
@@ -156,7 +156,7 @@ def _episode(actions, *, seed=0, **kwargs):
 
 
 def _task_ids(seed=0) -> tuple[list[str], list[str]]:
-    env = gym.make("VT-SWE-v0", split="test")
+    env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test")
     env.reset(seed=seed)
     assets = env.unwrapped.task.assets
     env.close()
@@ -229,9 +229,9 @@ def test_a_flood_of_pathological_reports_ends_far_under_the_deadline_and_scores_
 
 def test_eval_children_splits_the_run_and_the_oracle_fix_still_scores():
     with pytest.raises(InvalidConfigError, match="eval_children"):
-        gym.make("VT-SWE-v0", eval_children=0)
+        gym.make("VT-SWE-v0", repos=["vtutils"], eval_children=0)
     for children in (1, 3):
-        env = gym.make("VT-SWE-v0", split="test", eval_children=children)
+        env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test", eval_children=children)
         result = vt_envs.run_episode(env, vt_envs.oracle_for("VT-SWE-v0"), seed=1)
         env.close()
         parts = result.infos[-1]["verifier_parts"]

@@ -434,3 +434,51 @@ def test_issue_text_drops_whatever_would_reveal_the_bug():
 def test_the_fixture_directory_stays_clean():
     leftovers = [p for p in FIXTURE.rglob("*") if p.name in ("__pycache__", ".pytest_cache")]
     assert leftovers == []
+
+
+def test_the_held_out_functions_span_the_files():
+    """Issue 31: vtutils' held-out split was 17 of 21 tasks from two functions of one file.
+    Held-out functions are now drawn from each file in turn."""
+    tasks = _synthetic_tasks()
+    files = {t.mutation.path for t in tasks}
+    for seed in range(5):
+        _, test = split_tasks(tasks, 0.25, seed=seed)
+        assert {t.mutation.path for t in test} == files, seed
+
+
+def test_max_per_function_caps_the_mutants_of_one_function():
+    tasks = build_tasks(
+        FIXTURE, source_paths=SOURCES, test_paths=TESTS, seed=0, max_per_function=1,
+        timeout_s=30, env=FAST,
+    )  # fmt: skip
+    functions = [(t.mutation.path, t.mutation.function) for t in tasks]
+    assert len(tasks) >= 2 and len(functions) == len(set(functions))
+
+
+def test_narrowed_validation_runs_only_the_covering_test_modules(tmp_path):
+    repo = tmp_path / "minipkg"
+    shutil.copytree(FIXTURE, repo)
+    (repo / "tests" / "test_text.py").write_text(
+        "from minipkg.text import *  # names the module: it covers text.py\n\n"
+        "def test_nothing():\n    assert True\n"
+    )
+    tests = ["tests/test_minipkg.py", "tests/test_text.py"]
+    assert mutants.covering_tests(repo, "minipkg/text.py", tests) == tests
+    assert mutants.covering_tests(repo, "minipkg/mathutil.py", tests) == [tests[0]]
+    assert mutants.covering_tests(repo, "minipkg/__init__.py", tests) == tests
+    tasks = build_tasks(
+        repo, source_paths=["minipkg/mathutil.py"], test_paths=tests, seed=0, max_tasks=2,
+        narrow_tests=True, timeout_s=30, env=FAST,
+    )  # fmt: skip
+    assert tasks and all(t.test_files == (tests[0],) for t in tasks)
+    assert all(p.startswith("tests/test_minipkg.py::") for t in tasks for p in t.pass_to_pass)
+
+
+def test_max_runs_bounds_the_mutant_test_runs(monkeypatch):
+    runs = []
+    real_validate = mutants.validate
+    counting = lambda *a, **k: runs.append(1) or real_validate(*a, **k)  # noqa: E731
+    monkeypatch.setattr(mutants, "validate", counting)
+    build_tasks(FIXTURE, source_paths=SOURCES, test_paths=TESTS, seed=0, max_runs=3,
+                timeout_s=30, env=FAST)  # fmt: skip
+    assert len(runs) == 3

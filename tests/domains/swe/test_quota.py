@@ -106,7 +106,7 @@ UNLINKED_FILL = (
 @pytest.mark.parametrize("command", [DEEP_FILL, UNLINKED_FILL], ids=["deep-tree", "unlinked"])
 def test_a_fill_no_path_walk_sees_is_stopped_at_the_quota(monkeypatch, command):
     probe = _Probe(monkeypatch)
-    env = gym.make("VT-SWE-v0", split="test", disk_quota_mb=16)
+    env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test", disk_quota_mb=16)
     try:
         env.reset(seed=0)
         _ends_on_the_quota(env, _bash(command), 16)
@@ -137,7 +137,7 @@ except OSError:
 
 def test_the_hidden_test_run_is_bounded_too(monkeypatch):
     probe = _Probe(monkeypatch)
-    env = gym.make("VT-SWE-v0", split="test")
+    env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test")
     try:
         env.reset(seed=0)
         append = f"cat >> vtutils/__init__.py <<'X'\n{IMPORT_FLOOD}\nX"
@@ -155,7 +155,9 @@ def test_the_hidden_test_run_is_bounded_too(monkeypatch):
 
 def test_editor_writes_count_at_once_and_are_refused_past_the_quota(monkeypatch):
     probe = _Probe(monkeypatch)
-    env = gym.make("VT-SWE-v0", split="test", disk_quota_mb=1, max_episode_tokens=1 << 24)
+    env = gym.make(
+        "VT-SWE-v0", repos=["vtutils"], split="test", disk_quota_mb=1, max_episode_tokens=1 << 24
+    )
     text = ("0123456789abcdef" * 16 + "\n") * 1024  # 257 KB a file
     try:
         env.reset(seed=0)
@@ -177,7 +179,7 @@ def test_editor_writes_count_at_once_and_are_refused_past_the_quota(monkeypatch)
 
 
 def test_editor_writes_that_fill_the_copy_end_the_episode(monkeypatch):
-    env = gym.make("VT-SWE-v0", split="test", max_files=100)
+    env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test", max_files=100)
     try:
         env.reset(seed=0)
         for i in range(60):

@@ -49,7 +49,7 @@ def _editor(**arguments):
 
 
 def _episode(actions, seed=0, **kwargs):
-    env = gym.make("VT-SWE-v0", split="test", **kwargs)
+    env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test", **kwargs)
     env.reset(seed=seed)
     observations = []
     for action in [*actions, "<submit>done</submit>"]:
@@ -139,7 +139,7 @@ def test_pathological_trees_do_not_crash_or_leak(monkeypatch):
 )  # fmt: skip
 def test_a_disk_flood_ends_the_episode_with_nothing_left_behind(command, kwargs):
     before = set(glob.glob(f"{tempfile.gettempdir()}/vt-swe-*"))
-    env = gym.make("VT-SWE-v0", split="test", **kwargs)
+    env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test", **kwargs)
     env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step(_bash(command))
     env.close()

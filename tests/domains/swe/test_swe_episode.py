@@ -107,7 +107,7 @@ def test_tmp_is_writable_in_the_agents_sandbox_and_empty_next_episode():
 
     import vt_envs  # noqa: F401  (registers the ids)
 
-    env = gym.make("VT-SWE-v0", split="test")
+    env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test")
     try:
         env.reset(seed=0)
         text = _bash(env, "echo kept > /tmp/note.txt; cat /tmp/note.txt; df -k /tmp | tail -1")
@@ -127,7 +127,7 @@ def test_the_oracles_test_run_writes_its_log_to_tmp_and_passes():
     import vt_envs
     from vt_envs.domains.swe.oracle import SWEOracle
 
-    env = gym.make("VT-SWE-v0", split="test")
+    env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test")
     try:
         result = vt_envs.run_episode(env, SWEOracle(), seed=0)
         assert result.reward == 1.0

@@ -44,7 +44,14 @@ from vt_envs.sandbox.isolation import interpreter_paths
 from vt_envs.sandbox.policy import SYSTEM_PATHS, SandboxPolicy
 from vt_envs.tools._sandboxed import resolve
 
-__all__ = ["INSTRUCTIONS", "answer_paths", "copies_on_path", "make_swe_env", "with_layout"]
+__all__ = [
+    "INSTRUCTIONS",
+    "answer_paths",
+    "copies_on_path",
+    "default_tasks",
+    "make_swe_env",
+    "with_layout",
+]
 
 INSTRUCTIONS = (
     f"You are a software engineer fixing an issue in the Python repository at {SHOWN_AS}. "
@@ -123,10 +130,60 @@ def copies_on_path(python: str) -> list[str]:
     return found
 
 
+def default_tasks(
+    split: str, repos: Sequence[str] | None = None, *, seed: int = 0, max_tasks: int | None = 60
+) -> TaskList:
+    """The ``split`` of the mutant tasks of ``repos`` (default: every default repository,
+    :data:`~vt_envs.domains.swe.default_repos.DEFAULT_REPO_NAMES`), in that order; each
+    repository's sdist is fetched into the task cache and its tasks built the first time
+    (:func:`~vt_envs.domains.swe.default_repos.ensure_repo`). ``max_tasks`` lowers each
+    repository's own bound on its tasks (``None``: that bound alone).
+
+    Raises:
+        InvalidConfigError: an unknown repository name.
+        RepositoryUnavailableError: a repository is neither cached nor fetchable.
+    """
+    from vt_envs.domains.swe.default_repos import (
+        BUILTIN,
+        BUILTIN_LIMITS,
+        DEFAULT_REPOS,
+        ensure_repo,
+        resolve_repos,
+    )
+    from vt_envs.domains.swe.sources import repository_tasks
+    from vt_envs.domains.swe.tasks import swe_cache_dir
+
+    names, tasks = resolve_repos(repos), []
+    for name in names:
+        if name == BUILTIN:
+            limits = _lowered(BUILTIN_LIMITS, max_tasks)
+            tasks += repository_tasks(split, seed=seed, limits=limits)
+            continue
+        spec = DEFAULT_REPOS[name]
+        tree = ensure_repo(spec, swe_cache_dir())
+        tasks += repository_tasks(
+            split,
+            repo=tree,
+            name=spec.name,
+            source_dir=spec.source_dir,
+            test_dir=spec.test_dir,
+            seed=seed,
+            limits=_lowered(spec.limits, max_tasks),
+        )
+    return TaskList(tasks, name="swe/" + "+".join(names), split=split)
+
+
+def _lowered(limits: Any, max_tasks: int | None) -> Any:  # a sources.BuildLimits
+    if max_tasks is None or (limits.max_tasks is not None and limits.max_tasks <= max_tasks):
+        return limits
+    return dataclasses.replace(limits, max_tasks=max_tasks)
+
+
 @env_builder
 def make_swe_env(
     *,
     split: str = "train",
+    repos: Sequence[str] | None = None,
     repo: str | os.PathLike[str] | None = None,
     source_dir: str | None = None,
     test_dir: str = "tests",
@@ -152,12 +209,18 @@ def make_swe_env(
 
     Args:
         split: ``"train"`` or ``"test"`` (held-out mutated functions).
-        repo: the repository to make mutant tasks from (a directory with the
-            package and a ``tests`` directory; default: the built-in ``vtutils``);
-            built once and cached (:func:`~vt_envs.domains.swe.sources.repository_tasks`).
+        repos: which default repositories the tasks come from (default: all of
+            :data:`~vt_envs.domains.swe.default_repos.DEFAULT_REPO_NAMES`, the built-in
+            ``vtutils`` and the pinned sdists, fetched into the task cache on first use;
+            ``["vtutils"]`` needs no download). See :func:`default_tasks`.
+        repo: instead, a repository of your own to make mutant tasks from (a directory
+            with the package and a ``tests`` directory); built once and cached
+            (:func:`~vt_envs.domains.swe.sources.repository_tasks`).
         source_dir, test_dir: the package and the tests directory inside ``repo``
             (default: the repository's name, and ``tests``; toolz: ``toolz/tests``).
-        seed, max_tasks: which mutants are kept, and at most how many.
+        seed, max_tasks: which mutants are kept, and at most how many per repository
+            (a default repository's own bound applies too: 60 for vtutils, 30 for the
+            others; see :data:`~vt_envs.domains.swe.default_repos.DEFAULT_REPOS`).
         tasks: instead, a task source or list (SWE-bench-style tasks, hand-made ones).
         dataset: instead, ``"humaneval"``: HumanEval's problems as one-file repositories
             (:mod:`~vt_envs.domains.swe.humaneval`).
@@ -186,12 +249,21 @@ def make_swe_env(
             f"eval_children must be a positive int (pytest processes per grading), "
             f"got {eval_children!r}"
         )
+    others = {"repo": repo, "tasks": tasks, "dataset": dataset}
+    given = [k for k, v in others.items() if v is not None]
+    if repos is not None and given:
+        raise InvalidConfigError(
+            f"repos= chooses among the default repositories; it cannot be combined with "
+            f"{given[0]}=, got repos={repos!r}. Pass one of them."
+        )
     if dataset is not None:
         if dataset != "humaneval":
             raise InvalidConfigError(f"dataset must be None or 'humaneval', got {dataset!r}")
         from vt_envs.domains.swe.humaneval import humaneval_tasks
 
         source: TaskSource = humaneval_tasks(split)
+    elif tasks is None and repo is None:
+        source = default_tasks(split, repos, seed=seed, max_tasks=max_tasks)
     elif tasks is None:
         from vt_envs.domains.swe.sources import repository_tasks
 

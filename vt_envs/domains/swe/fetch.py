@@ -10,6 +10,11 @@ tree or special files). Then build and use its tasks with::
 
 Packages measured on this machine (their sdists' own tests, no extra test
 dependencies): toolz, boltons, cachetools, parse, more-itertools.
+
+``python -m vt_envs.domains.swe.fetch --defaults [--repos NAME...]`` fetches
+VT-SWE-v0's pinned default repositories
+(:data:`~vt_envs.domains.swe.default_repos.DEFAULT_REPOS`) into the task cache
+and builds their tasks, once (``make test`` runs it at install).
 """
 
 from __future__ import annotations
@@ -19,22 +24,36 @@ import re
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
 from vt_envs.errors import DatasetFormatError
 
-__all__ = ["fetch_sdist", "main", "unpack_sdist"]
+__all__ = ["fetch_defaults", "fetch_sdist", "main", "unpack_sdist"]
 
 
-def fetch_sdist(requirement: str, out: Path) -> Path:
-    """Download and unpack ``requirement``'s sdist into ``out``; returns the source tree."""
+def fetch_sdist(requirement: str, out: Path, *, sha256: str | None = None) -> Path:
+    """Download and unpack ``requirement``'s sdist into ``out``; returns the source tree.
+
+    With ``sha256``, pip runs in hash-checking mode: an archive with another digest is
+    refused before anything of it runs (pip builds an sdist's metadata to download it).
+
+    Raises:
+        subprocess.CalledProcessError: pip failed (its ``stderr`` says why: offline, no
+            such version, a hash mismatch).
+    """
     out.mkdir(parents=True, exist_ok=True)
     downloads = out / ".downloads"
+    spec = [requirement]
+    if sha256 is not None:
+        pinned = out / ".requirement.txt"
+        pinned.write_text(f"{requirement} --hash=sha256:{sha256}\n")
+        spec = ["--require-hashes", "-r", str(pinned)]
     subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-         "--quiet", "--dest", str(downloads), requirement],
-        check=True,
+         "--quiet", "--dest", str(downloads), *spec],
+        check=True, capture_output=True, text=True,
     )  # fmt: skip
     name = re.split(r"[=<>!~;\[ ]", requirement, maxsplit=1)[0].strip()
     archives = sorted(p for p in downloads.iterdir() if _normalized(p.name).startswith(
@@ -82,11 +101,36 @@ def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def fetch_defaults(repos: list[str] | None = None, *, seed: int = 0) -> list[str]:
+    """Fetch VT-SWE-v0's default repositories (or ``repos`` of them) into the SWE task
+    cache and build their tasks (both splits); returns one line per repository."""
+    from vt_envs.domains.swe.default_repos import resolve_repos
+    from vt_envs.domains.swe.env import default_tasks
+
+    lines = []
+    for name in resolve_repos(repos):
+        started = time.monotonic()
+        counts = [len(default_tasks(split, [name], seed=seed)) for split in ("train", "test")]
+        took = time.monotonic() - started
+        lines.append(f"{name}: {counts[0]} train / {counts[1]} test tasks ({took:.1f} s)")
+        print(lines[-1], flush=True)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("requirements", nargs="+", help="e.g. toolz==1.0.0")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("requirements", nargs="*", help="e.g. toolz==1.0.0")
+    parser.add_argument("--out", type=Path, help="where to unpack the requirements")
+    parser.add_argument(
+        "--defaults", action="store_true",
+        help="fetch VT-SWE-v0's default repositories into the task cache and build their tasks",
+    )  # fmt: skip
+    parser.add_argument("--repos", nargs="+", help="with --defaults: only these of them")
     args = parser.parse_args(argv)
+    if args.defaults:
+        fetch_defaults(args.repos)
+    elif not args.requirements or args.out is None:
+        parser.error("give REQUIREMENT... --out DIR, or --defaults")
     for requirement in args.requirements:
         print(fetch_sdist(requirement, args.out))
     return 0

@@ -15,11 +15,13 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import itertools
 import random
 import re
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from vt_envs.errors import InvalidConfigError
 __all__ = [
     "MutantTask",
     "build_tasks",
+    "covering_tests",
     "issue_text",
     "split_tasks",
     "validate",
@@ -155,6 +158,9 @@ def build_tasks(
     test_paths: Sequence[str],
     seed: int,
     max_tasks: int | None = None,
+    max_per_function: int | None = None,
+    max_runs: int | None = None,
+    narrow_tests: bool = False,
     timeout_s: float,
     python: str = sys.executable,
     env: Mapping[str, str] | None = None,
@@ -169,6 +175,14 @@ def build_tasks(
     original, or one already tried, is skipped without a run (a duplicate of a
     rejected mutant would be rejected too). The same repository, arguments and
     seed give the same tasks, returned sorted by file, line, column and kind.
+
+    Bounds on the work, for large repositories: ``max_per_function`` keeps at
+    most that many mutants of one function (so a few long functions do not make
+    most tasks, and a held-out function is not a large share of the test split);
+    ``max_runs`` stops after that many mutant test runs; ``narrow_tests`` runs
+    each mutant against only the test modules that cover its file
+    (:func:`covering_tests`) instead of all of ``test_paths`` (which must then
+    be files), judged against the baseline's outcomes of those modules.
 
     Raises:
         InvalidConfigError: bad arguments, a source file that does not parse, or a
@@ -190,18 +204,47 @@ def build_tasks(
             raise InvalidConfigError(f"source file {rel!r} is not UTF-8 text") from None
         candidates.extend(candidate_mutations(originals[rel], rel))
     random.Random(seed).shuffle(candidates)
-    tried, kept = set(), []
+    tried, kept, per_function = set(), [], Counter()
     for mutation in candidates:
         if max_tasks is not None and len(kept) >= max_tasks:
             break
+        if max_runs is not None and len(tried) >= max_runs:
+            break
+        function = (mutation.path, mutation.function)
+        if max_per_function is not None and per_function[function] >= max_per_function:
+            continue
         key = (mutation.path, mutation.mutant_source)
         if key in tried or mutation.mutant_source == originals[mutation.path]:
             continue
         tried.add(key)
-        task = validate(repo, mutation, test_paths, baseline=baseline, **options)
+        paths, judged = test_paths, baseline
+        if narrow_tests:
+            paths = covering_tests(repo, mutation.path, test_paths)
+            judged = dataclasses.replace(
+                baseline, passed=frozenset(t for t in baseline.passed if t.split("::")[0] in paths)
+            )
+        task = validate(repo, mutation, paths, baseline=judged, **options)
         if task is not None:
             kept.append(task)
+            per_function[function] += 1
     return sorted(kept, key=lambda task: mutation_order(task.mutation))
+
+
+def covering_tests(repo: Path, source: str, test_paths: Sequence[str]) -> list[str]:
+    """The test modules of ``test_paths`` that cover the source file ``source``: those
+    whose file name or text names its module (``boltons/strutils.py``: ``test_strutils.py``
+    and any test that says ``strutils``); all of them for a package's ``__init__.py``, or
+    when none names it. A mutant's failures outside these are not looked for."""
+    modules = [p for p in test_paths if re.search(r"(^|/)(test_[^/]*|[^/]*_test)\.py$", p)]
+    stem = Path(source).stem
+    if stem == "__init__" or not modules:
+        return list(modules or test_paths)
+    word = re.compile(rf"(?<![A-Za-z0-9]){re.escape(stem.lstrip('_'))}(?![A-Za-z0-9])")
+    chosen = [
+        p for p in modules
+        if word.search(Path(p).stem) or word.search((repo / p).read_text(errors="replace"))
+    ]  # fmt: skip
+    return chosen or modules
 
 
 def split_tasks(
@@ -211,8 +254,10 @@ def split_tasks(
     with all their mutants, so no test task's function is ever trained on.
 
     The fraction counts functions, not tasks. With two or more functions and a
-    fraction above 0, each split gets at least one. Deterministic given ``seed``;
-    each split keeps the order of ``tasks``.
+    fraction above 0, each split gets at least one. The held-out functions are
+    drawn across files in turn (a shuffled function of each file, then a second
+    of each, ...), so the test split spans the repository's files rather than
+    one file's. Deterministic given ``seed``; each split keeps the order of ``tasks``.
 
     Raises:
         InvalidConfigError: ``test_fraction`` is not in ``[0, 1)``.
@@ -221,6 +266,11 @@ def split_tasks(
         raise InvalidConfigError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
     functions = sorted({(t.mutation.path, t.mutation.function) for t in tasks})
     random.Random(seed).shuffle(functions)
+    by_file: dict[str, list[tuple[str, str]]] = {}
+    for function in functions:  # files in the order their first function was drawn
+        by_file.setdefault(function[0], []).append(function)
+    rounds = itertools.zip_longest(*by_file.values())
+    functions = [f for round_ in rounds for f in round_ if f is not None]
     n_test = round(len(functions) * test_fraction)
     if test_fraction > 0 and len(functions) > 1:
         n_test = min(max(n_test, 1), len(functions) - 1)

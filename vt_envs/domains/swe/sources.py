@@ -22,6 +22,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from vt_envs.core.task import TaskList
@@ -31,7 +32,7 @@ from vt_envs.domains.swe.mutations import Mutation
 from vt_envs.domains.swe.tasks import materialize, swe_cache_dir
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["BUILTIN_REPO", "GENERATOR_VERSION", "repository_tasks"]
+__all__ = ["BUILTIN_REPO", "GENERATOR_VERSION", "BuildLimits", "repository_tasks"]
 
 #: Bump when the mutation kinds, the validation rule, the issue text or the task layout
 #: change (3: issue texts name no test).
@@ -71,18 +72,30 @@ def _from_json(data: dict) -> MutantTask:
     )
 
 
-def _built(repo: Path, name: str, sources: list[str], tests: list[str], seed: int,
-           max_tasks: int | None, cache: Path) -> list[MutantTask]:  # fmt: skip
+def _listing(repo: Path, name: str, sources: list[str], tests: list[str], seed: int,
+             limits: BuildLimits, cache: Path) -> Path:  # fmt: skip
     key = _digest(repo, [*sources, *tests])
-    listing = cache / name / f"tasks-{key}-seed{seed}-max{max_tasks}.json"
+    bounds = f"max{limits.max_tasks}"
+    if limits != BuildLimits(max_tasks=limits.max_tasks):  # vtutils' listing keeps its name
+        bounds += f"-fn{limits.max_per_function}-runs{limits.max_runs}-n{int(limits.narrow_tests)}"
+    return cache / name / f"tasks-{key}-seed{seed}-{bounds}.json"
+
+
+def _built(repo: Path, name: str, sources: list[str], tests: list[str], seed: int,
+           limits: BuildLimits, cache: Path) -> list[MutantTask]:  # fmt: skip
+    listing = _listing(repo, name, sources, tests, seed, limits, cache)
     if listing.is_file():
         return [_from_json(t) for t in json.loads(listing.read_text())]
+    test_modules = [t for t in tests if t.rsplit("/", 1)[-1] != "conftest.py"]
     built = build_tasks(
         repo,
         source_paths=sources,
-        test_paths=tests,
+        test_paths=test_modules if limits.narrow_tests else tests,
         seed=seed,
-        max_tasks=max_tasks,
+        max_tasks=limits.max_tasks,
+        max_per_function=limits.max_per_function,
+        max_runs=limits.max_runs,
+        narrow_tests=limits.narrow_tests,
         timeout_s=60.0,
         env=_FAST,
     )
@@ -92,6 +105,23 @@ def _built(repo: Path, name: str, sources: list[str], tests: list[str], seed: in
         json.dump([_to_json(t) for t in built], f)
     os.replace(temp, listing)
     return built
+
+
+@dataclass(frozen=True)
+class BuildLimits:
+    """How much of a repository becomes tasks (:func:`~vt_envs.domains.swe.mutants.build_tasks`).
+
+    Attributes:
+        max_tasks: at most this many mutants are kept (``None``: all the tests catch).
+        max_per_function: at most this many of one function (``None``: no cap).
+        max_runs: at most this many mutant test runs (``None``: no cap).
+        narrow_tests: run each mutant against only the test modules covering its file.
+    """
+
+    max_tasks: int | None = 60
+    max_per_function: int | None = None
+    max_runs: int | None = None
+    narrow_tests: bool = False
 
 
 def repository_tasks(
@@ -105,6 +135,7 @@ def repository_tasks(
     max_tasks: int | None = 60,
     test_fraction: float = 0.2,
     cache: str | os.PathLike[str] | None = None,
+    limits: BuildLimits | None = None,
 ) -> TaskList:
     """The ``split`` of ``repo``'s mutant tasks (default: the built-in ``vtutils``).
 
@@ -118,6 +149,8 @@ def repository_tasks(
         max_tasks: at most this many mutants are validated into tasks.
         test_fraction: the share of mutated functions held out.
         cache: the task cache (default :func:`swe_cache_dir`).
+        limits: bounds on the build (default: ``max_tasks`` kept, nothing else
+            bounded); ``max_tasks`` is ignored when it is given.
     """
     if split not in ("train", "test"):
         raise InvalidConfigError(f"split must be 'train' or 'test', got {split!r}")
@@ -148,7 +181,8 @@ def repository_tasks(
         except OSError:  # another process made it first
             pass
         shutil.rmtree(staging, ignore_errors=True)
-    built = _built(snapshot, name, sources, tests, seed, max_tasks, cache_root)
+    limits = limits or BuildLimits(max_tasks=max_tasks)
+    built = _built(snapshot, name, sources, tests, seed, limits, cache_root)
     if not built:
         raise InvalidConfigError(f"no mutant of {str(root)!r} is caught by its tests")
     train, test = split_tasks(built, test_fraction=test_fraction, seed=seed)

@@ -1,0 +1,193 @@
+"""VT-SWE-v0's default repositories: pinned sdists of tested pure-Python packages.
+
+:data:`DEFAULT_REPOS` is the one place their versions live: each entry names a
+package's source release by exact version and the sha256 of its archive, the
+package and tests directories inside it, and the bounds its mutant build runs
+under (:class:`~vt_envs.domains.swe.sources.BuildLimits`). The same entry on any
+machine gives the same tasks; a file that differs from the pinned one is refused
+(by pip's hash-checking mode, before its build backend runs, and again here).
+
+:func:`ensure_repo` fetches an entry's sdist with pip into the SWE task cache
+(``$VT_CACHE_DIR/swe/repos/<name>-<version>``, where no sandbox can read it) once;
+``python -m vt_envs.domains.swe.fetch --defaults`` fetches them all and builds
+their tasks (``make test`` runs it at install). Without it, the first
+``gym.make("VT-SWE-v0")`` fetches them; when that fails (offline, no index) it
+raises :class:`RepositoryUnavailableError` and never falls back to another task
+set, whose scores would mean something else.
+
+``vtutils`` (shipped with VT, nothing to fetch) is a default repository too
+(:data:`DEFAULT_REPO_NAMES`).
+
+Left out, measured: ``more-itertools`` (its suite runs 765 tests and 21,194
+subtests in 61 s here, 50 s of them in the one module covering ``more.py``, so
+each mutant's validation would take about a minute).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vt_envs.domains.swe.fetch import fetch_sdist
+from vt_envs.domains.swe.sources import BuildLimits
+from vt_envs.errors import InvalidConfigError, VTError
+
+__all__ = [
+    "BUILTIN",
+    "BUILTIN_LIMITS",
+    "DEFAULT_REPOS",
+    "DEFAULT_REPO_NAMES",
+    "RepoSpec",
+    "RepositoryUnavailableError",
+    "ensure_repo",
+    "repo_dir",
+    "resolve_repos",
+]
+
+#: The repository shipped with VT (``vt_envs/assets/swe/vtutils``).
+BUILTIN = "vtutils"
+#: Its build: all its tests run per mutant (0.3 s), at most 3 mutants a function.
+BUILTIN_LIMITS = BuildLimits(max_tasks=60, max_per_function=3)
+
+
+class RepositoryUnavailableError(VTError, RuntimeError):
+    """Raised when a default repository is not in the cache and cannot be fetched."""
+
+
+@dataclass(frozen=True)
+class RepoSpec:
+    """One pinned sdist and how its tasks are built.
+
+    Attributes:
+        name: the repository's name in task ids (``swe/<name>/<split>/<mutation>``).
+        requirement: the package's name on the index (``more-itertools``).
+        version: the exact version fetched.
+        sha256: the sdist archive's digest; a different file is refused.
+        source_dir, test_dir: the package and its tests inside the unpacked sdist.
+        limits: bounds of the mutant build (kept tasks, mutants per function, test runs,
+            test modules run per mutant).
+    """
+
+    name: str
+    requirement: str
+    version: str
+    sha256: str
+    source_dir: str
+    test_dir: str
+    limits: BuildLimits
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.requirement}=={self.version}"
+
+
+# Each is built with at most 3 mutants a function (a spread of functions in both splits)
+# and each mutant runs only the test modules covering its file; build times in the README.
+_LIMITS = BuildLimits(max_tasks=30, max_per_function=3, max_runs=60, narrow_tests=True)
+
+#: The default repositories fetched from the package index, by name.
+DEFAULT_REPOS: dict[str, RepoSpec] = {
+    spec.name: spec
+    for spec in (
+        RepoSpec(
+            "toolz", "toolz", "1.2.0",
+            "9667a038e9d6ecba37995e26cb2f59ec6420b6ad8dd9677de59db9b956b08490",
+            "toolz", "toolz/tests", _LIMITS,
+        ),
+        RepoSpec(
+            "parse", "parse", "1.22.4",
+            "706d458feed5a81b02768d3156e8070baf6cee7d150a3a3c0cd43101a875c3b5",
+            "parse", "tests", _LIMITS,
+        ),
+        RepoSpec(
+            "boltons", "boltons", "26.2.0",
+            "d39cfd15c1a1c3bd4d705c82252fa9edb8e4f5e8cc039f8e39afac7b1b47e92c",
+            "boltons", "tests", _LIMITS,
+        ),
+        RepoSpec(
+            "cachetools", "cachetools", "8.0.2",
+            "30ac523adfc118b51d2b2e7bad8a0ddb31370dfe2700c7f10ca224f36ccf81e0",
+            "src/cachetools", "tests", _LIMITS,
+        ),
+    )
+}  # fmt: skip
+
+#: What ``gym.make("VT-SWE-v0")`` builds its tasks from, in this order.
+DEFAULT_REPO_NAMES: tuple[str, ...] = (BUILTIN, *DEFAULT_REPOS)
+
+
+def resolve_repos(repos: Sequence[str] | None) -> list[str]:
+    """``repos`` checked against the known names (default :data:`DEFAULT_REPO_NAMES`).
+
+    Raises:
+        InvalidConfigError: ``repos`` is a string, empty, or names an unknown repository
+            (the message lists the known ones, with a "did you mean").
+    """
+    if repos is None:
+        return list(DEFAULT_REPO_NAMES)
+    if isinstance(repos, str) or not repos:
+        raise InvalidConfigError(
+            f"repos must be a non-empty list of names from {list(DEFAULT_REPO_NAMES)}, "
+            f"got {repos!r}; e.g. repos=['toolz']"
+        )
+    for name in repos:
+        if name not in DEFAULT_REPO_NAMES:
+            close = difflib.get_close_matches(str(name), DEFAULT_REPO_NAMES, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise InvalidConfigError(
+                f"unknown repository {name!r} in repos=; known: {list(DEFAULT_REPO_NAMES)}."
+                f"{hint} For a repository of your own pass repo='path/to/it' instead."
+            )
+    return list(dict.fromkeys(repos))
+
+
+def repo_dir(spec: RepoSpec, cache: Path) -> Path:
+    """Where ``spec``'s unpacked sdist lives in the SWE task cache ``cache``."""
+    return cache / "repos" / f"{spec.name}-{spec.version}"
+
+
+def ensure_repo(spec: RepoSpec, cache: Path) -> Path:
+    """``spec``'s unpacked sdist in ``cache`` (fetched with pip the first time).
+
+    Raises:
+        RepositoryUnavailableError: pip could not download it (offline, no index, no
+            such version) or the archive's sha256 differs from the pinned one.
+    """
+    target = repo_dir(spec, cache)
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".fetch-{spec.name}-", dir=target.parent) as tmp:
+        try:
+            tree = fetch_sdist(spec.pinned, Path(tmp), sha256=spec.sha256)
+        except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+            said = (getattr(exc, "stderr", None) or "").strip()[-800:]
+            raise RepositoryUnavailableError(
+                f"VT-SWE-v0's default repository {spec.name!r} ({spec.pinned}, sha256 "
+                f"{spec.sha256[:12]}...) is not in the cache {str(cache)!r} and could not be "
+                f"fetched: {exc}{' pip said: ' + said if said else ''}. Fetch the defaults "
+                "where the package index is reachable "
+                "(`python -m vt_envs.domains.swe.fetch --defaults`, same VT_CACHE_DIR), or "
+                "choose repositories already there (repos=['vtutils'] needs no download)."
+            ) from exc
+        digest = _sha256(next(Path(tmp, ".downloads").iterdir()))
+        if digest != spec.sha256:  # pip checked it too; a second look costs nothing
+            raise RepositoryUnavailableError(
+                f"{spec.pinned}: the downloaded sdist's sha256 is {digest}, expected "
+                f"{spec.sha256}; refused (a changed file would change the tasks)"
+            )
+        try:
+            tree.rename(target)
+        except OSError:  # another process fetched it first
+            if not target.is_dir():
+                raise
+    return target
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
