@@ -30,6 +30,7 @@ from vt_envs.registration import (
     oracle_for,
     register_env,
     registered_envs,
+    shortcut_for,
 )
 
 __version__ = "0.1.0"
@@ -68,6 +69,7 @@ __all__ = [
     "register_env",
     "registered_envs",
     "run_episode",
+    "shortcut_for",
     "tool_registry",
 ]
 
@@ -85,6 +87,11 @@ register_env(
     builder="vt_envs.domains.math:make_math_env",
     oracle="vt_envs.domains.math:MathOracle",
     baseline="vt_envs.domains.math.oracle:MathNoToolPolicy",
+    shortcuts={
+        "product": "vt_envs.domains.math.oracle:product_shortcut",
+        "largest": "vt_envs.domains.math.oracle:largest_shortcut",
+        "sum": "vt_envs.domains.math.oracle:sum_shortcut",
+    },
     description="math word/algebra problems with a sandboxed persistent Python interpreter",
     client_kwargs=("split", "families", "difficulty"),
 )
@@ -93,6 +100,7 @@ register_env(
     builder="vt_envs.domains.search:make_search_env",
     oracle="vt_envs.domains.search:SearchOracle",
     baseline="vt_envs.domains.search.oracle:NoSearchPolicy",
+    shortcuts={"no-search": "vt_envs.domains.search.shortcuts:no_search_shortcut"},
     description="retrieval QA: search an embedded FAISS (or BM25) index of Wikipedia, EM reward",
     client_kwargs=("split", "kinds"),
 )
@@ -101,6 +109,7 @@ register_env(
     builder="vt_envs.domains.visual:make_visual_env",
     oracle="vt_envs.domains.visual:VisualOracle",
     baseline="vt_envs.domains.visual:NoToolPolicy",
+    shortcuts={"options-only": "vt_envs.domains.visual.shortcuts:options_only_shortcut"},
     description="visual QA on large scenes with small targets: crop/zoom tools, images by index",
     client_kwargs=("split", "kinds", "multiple_choice", "bbox_format"),
 )
@@ -116,6 +125,10 @@ register_env(
     "VT-SQL-v0",
     builder="vt_envs.domains.sql:make_sql_env",
     oracle="vt_envs.domains.sql:SQLOracle",
+    shortcuts={
+        "most-common": "vt_envs.domains.sql.shortcuts:most_common_shortcut",
+        "empty-query": "vt_envs.domains.sql.shortcuts:empty_query_shortcut",
+    },
     description="text-to-SQL on read-only DuckDB databases, execution-match reward",
     client_kwargs=("split", "databases"),
 )
@@ -124,6 +137,7 @@ register_env(
     builder="vt_envs.domains.multi:make_multi_env",
     oracle="vt_envs.domains.multi:MultiOracle",
     baseline="vt_envs.domains.multi:MultiNoToolPolicy",
+    shortcuts={"facts-only": "vt_envs.domains.multi:facts_only_shortcut"},
     description="two tools per task: SQL or search for the facts, then Python to compute",
     client_kwargs=("split", "families"),
 )

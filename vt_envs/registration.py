@@ -41,6 +41,7 @@ __all__ = [
     "register_env",
     "registered_envs",
     "registration_of",
+    "shortcut_for",
 ]
 
 #: Keywords every env id accepts, forwarded to :class:`ToolEnv`.
@@ -70,6 +71,12 @@ class EnvRegistration:
             otherwise (:mod:`vt_envs.server.config`).
         remote_tools: whether the tools can run on a tool server (``False`` when the
             verifier grades the state the tools changed, as VT-SWE-v0's does).
+        shortcuts: name -> ``"module:factory"`` of the env's shortcut baselines:
+            policies that read only the prompt's surface (or, fitted on the *train*
+            split, what its golds usually are) and must stay near chance on the
+            held-out split. ``factory(env)`` returns a new
+            :class:`~vt_envs.core.policy.Policy` for ``env`` (the env it will play,
+            or ``None``); the first name is the env's default shortcut.
     """
 
     id: str
@@ -80,6 +87,7 @@ class EnvRegistration:
     baseline: str | None = None
     client_kwargs: frozenset[str] = frozenset({"split"})
     remote_tools: bool = True
+    shortcuts: Mapping[str, str | Callable[..., Any]] = field(default_factory=dict)
 
 
 _REGISTRY: dict[str, EnvRegistration] = {}
@@ -132,6 +140,7 @@ def register_env(
     baseline: str | None = None,
     client_kwargs: Iterable[str] = ("split",),
     remote_tools: bool = True,
+    shortcuts: Mapping[str, str | Callable[..., Any]] | None = None,
 ) -> EnvRegistration:
     """Register ``id`` with Gymnasium and VT's own table of builders and oracles.
 
@@ -151,6 +160,7 @@ def register_env(
         baseline,
         frozenset(client_kwargs),
         remote_tools,
+        dict(shortcuts or {}),
     )
     _REGISTRY[id] = registration
     gym.register(
@@ -318,6 +328,28 @@ def baseline_for(env_id: str, env: Any = None) -> Any:
         return _load(registration.baseline)()
     tag = getattr(getattr(env, "unwrapped", env), "answer_tag", "answer")
     return AnswerAtOncePolicy(tag)
+
+
+def shortcut_for(env_id: str, name: str | None = None, env: Any = None) -> Any:
+    """A new shortcut baseline policy for ``env_id``: the registered one called
+    ``name`` (``None``: the env's first, its default), built for ``env``.
+
+    Raises:
+        UnknownNameError: ``env_id`` registers no shortcut, or none called ``name``.
+    """
+    registration = _lookup(env_id)
+    names = list(registration.shortcuts)
+    if name is None and names:
+        name = names[0]
+    if name not in names:
+        with_shortcuts = [i for i, r in _REGISTRY.items() if r.shortcuts]
+        raise UnknownNameError(
+            f"{registration.id} shortcut",
+            "(default)" if name is None else name,
+            names,
+            hint=f"Env ids with shortcuts: {', '.join(with_shortcuts) or '(none)'}.",
+        )
+    return _load(registration.shortcuts[name])(env)
 
 
 def oracle_for(env_id: str) -> Any:

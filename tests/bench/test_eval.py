@@ -295,3 +295,49 @@ def test_a_mixture_is_evaluated_as_one_env_with_a_row_per_domain(tmp_path):
     assert all(d["accuracy"] == 0.0 for d in baseline["envs"][mixture]["domains"].values())
     with pytest.raises(Exception, match="unknown env id 'VT-Nope-v0'"):
         vt_bench(["eval", "mixture:VT-Nope-v0=1", "--policy", "oracle", "--out", str(tmp_path)])
+
+
+def _played_as_in_process(out: Path, env_id: str, name: str | None) -> list[dict]:
+    """The CLI's records, each checked against ``shortcut_for`` played in-process."""
+    import gymnasium as gym
+
+    import vt_envs
+
+    records = _records(out)
+    env = gym.make(env_id, split="test")
+    try:
+        for record in records:
+            policy = vt_envs.shortcut_for(env_id, name, env=env)
+            expected = vt_envs.run_episode(env, policy, options={"task_id": record["task_id"]})
+            assert record["reward"] == expected.reward
+            assert record["transcript"].endswith(expected.actions[-1])
+    finally:
+        env.close()
+    return records
+
+
+def test_the_registered_shortcut_plays_through_the_cli_and_an_id_without_one_is_refused(
+    tmp_path,
+):
+    """``--policy shortcut`` plays the env's registered default shortcut and
+    ``shortcut:NAME`` a named one, episode for episode what ``vt_envs.shortcut_for``
+    gives; an id without a shortcut, or an unknown name, is refused with the choices."""
+    from vt_envs.errors import UnknownNameError
+
+    out = tmp_path / "default"
+    summary = _eval("VT-Visual-v0", "--policy", "shortcut", "--tasks", "12", "--out", str(out))
+    assert summary["policy"] == "shortcut"
+    records = _played_as_in_process(out, "VT-Visual-v0", None)
+    assert all(r["tool_calls"] == [] for r in records)
+    assert summary["envs"]["VT-Visual-v0"]["accuracy"] < 0.75  # a shortcut, not the oracle
+
+    named = _eval("VT-Math-v0", "--policy", "shortcut:largest", "--tasks", "6",
+                  "--out", str(tmp_path / "named"))  # fmt: skip
+    assert named["policy"] == "shortcut:largest"
+    _played_as_in_process(tmp_path / "named", "VT-Math-v0", "largest")
+
+    with pytest.raises(UnknownNameError, match="VT-Lookup-v0 shortcut"):
+        vt_bench(["eval", "VT-Lookup-v0", "--policy", "shortcut", "--out", str(tmp_path / "x")])
+    with pytest.raises(UnknownNameError, match="Did you mean 'largest'"):
+        vt_bench(["eval", "VT-Math-v0", "--policy", "shortcut:larges",
+                  "--out", str(tmp_path / "y")])  # fmt: skip

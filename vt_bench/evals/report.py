@@ -44,7 +44,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         f"`{config['split']}` split, seed {config['seed']}"
         + (
             ""
-            if config["policy"] in ("oracle", "no-tool")
+            if config["policy"] in ("oracle", "no-tool") or config["policy"].startswith("shortcut")
             else f", temperature {config['temperature']}, top-p {config['top_p']}, "
             f"at most {config['max_new_tokens']} new tokens per turn"
         )

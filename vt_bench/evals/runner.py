@@ -36,7 +36,7 @@ import numpy as np
 from vt_bench.evals.metrics import summarize_env
 from vt_bench.evals.policies import PolicySpec, parse_policy
 from vt_bench.evals.records import RecordFile, record_key
-from vt_envs.errors import InvalidConfigError, NoImageTokenError
+from vt_envs.errors import InvalidConfigError, NoImageTokenError, UnknownNameError
 
 logger = logging.getLogger(__name__)
 
@@ -441,6 +441,15 @@ def _text_agents(config: EvalConfig, env_id: str) -> tuple[Callable[[Any], Any],
                 )
             ), None
         return (lambda env: _ScriptedAgent(vt_envs.baseline_for(env_id, env))), None
+    if spec.kind == "shortcut":
+        name = spec.target or None
+        if mixture:
+            return (
+                lambda env: _ScriptedAgent(
+                    MixturePolicy(lambda e: vt_envs.shortcut_for(e, name, env.unwrapped.members[e]))
+                )
+            ), None
+        return (lambda env: _ScriptedAgent(vt_envs.shortcut_for(env_id, name, env))), None
     from vt_bench.evals.openai_api import ChatAgent, OpenAIClient
 
     client = OpenAIClient(spec.target, api_key=os.environ.get("OPENAI_API_KEY"))
@@ -489,8 +498,23 @@ def make_env(env_id: str, *, wrapped: bool = False, **kwargs: Any) -> Any:
     return gym.make(env_id, **kwargs) if wrapped else vt_envs.make(env_id, **kwargs)
 
 
+def _check_shortcut(env_id: str, name: str) -> None:
+    """Raise :class:`UnknownNameError` unless every domain ``env_id`` plays registers the
+    shortcut ``name`` (``""``: any)."""
+    import vt_envs
+    from vt_envs.core.mixture import parse_mixture_id
+    from vt_envs.registration import registration_of
+
+    for member in parse_mixture_id(env_id) or [env_id]:
+        shortcuts = registration_of(member).shortcuts
+        if not shortcuts or (name and name not in shortcuts):
+            vt_envs.shortcut_for(member, name or None)  # raises, naming what there is
+
+
 def _plan_env(env_id: str, config: EvalConfig) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """The env's planned task ids, and each one's ``{"kind", "task"}`` (its metadata)."""
+    if config.spec.kind == "shortcut":
+        _check_shortcut(env_id, config.spec.target)
     env = make_env(env_id, **_env_kwargs(config, env_id))
     try:
         tasks = _planned(env.tasks, config.tasks, config.seed)
@@ -588,6 +612,11 @@ def run_eval(
                 raise
             config.skipped[env_id] = f"text-only model: {error}"
             logger.warning("vt-bench eval all: skipping %s (%s)", env_id, error)
+        except UnknownNameError as error:
+            if not every or config.spec.kind != "shortcut":
+                raise
+            config.skipped[env_id] = f"no shortcut: {error}"
+            logger.warning("vt-bench eval all: skipping %s (no shortcut registered)", env_id)
     config.env_ids = list(plans)
     if not plans:
         raise InvalidConfigError(f"no env id can be played by this policy: {config.skipped}")

@@ -37,6 +37,9 @@ __all__ = [
     "MathNoToolPolicy",
     "MathOracle",
     "MathShortcutPolicy",
+    "largest_shortcut",
+    "product_shortcut",
+    "sum_shortcut",
 ]
 
 ORACLE_MARKER = "ORACLE_ANSWER="
@@ -159,3 +162,19 @@ class MathShortcutPolicy(Policy):
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         return f"<answer>{self.guess}</answer>"
+
+
+# Shortcut factories for the env registration (``factory(env) -> Policy``).
+def product_shortcut(env: Any = None) -> MathShortcutPolicy:
+    """The product of the prompt's integers."""
+    return MathShortcutPolicy("product")
+
+
+def largest_shortcut(env: Any = None) -> MathShortcutPolicy:
+    """The prompt's largest integer."""
+    return MathShortcutPolicy("largest")
+
+
+def sum_shortcut(env: Any = None) -> MathShortcutPolicy:
+    """The sum of the prompt's integers."""
+    return MathShortcutPolicy("sum")

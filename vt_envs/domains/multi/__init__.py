@@ -43,6 +43,7 @@ __all__ = [
     "MultiFactsOnlyPolicy",
     "MultiNoToolPolicy",
     "MultiOracle",
+    "facts_only_shortcut",
     "make_multi_env",
     "multi_tasks",
 ]
@@ -275,3 +276,8 @@ class MultiFactsOnlyPolicy(OraclePolicy):
             return f"<answer>{int(math.prod(v * 100 for v in values))}</answer>"
         years = self.task.assets["oracle"]["years"]
         return f"<answer>{365 * abs(years[0] - years[1])}</answer>"
+
+
+def facts_only_shortcut(env: Any = None) -> MultiFactsOnlyPolicy:
+    """Shortcut factory (the registration's): :class:`MultiFactsOnlyPolicy`."""
+    return MultiFactsOnlyPolicy()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import decimal
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -36,9 +37,13 @@ __all__ = [
     "MostCommonAnswerPolicy",
     "answer_query",
     "distinct_questions",
+    "empty_query_shortcut",
     "fit_most_common",
+    "most_common_shortcut",
 ]
 
+#: VT-SQL-v0's default ``databases=``.
+DEFAULT_DATABASES = ("flights", "tpch", "shop")
 #: A query with one column and no rows.
 EMPTY_QUERY = "SELECT 1 AS x WHERE FALSE"
 
@@ -115,6 +120,25 @@ class MostCommonAnswerPolicy(Policy):
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         return f"<answer>{self.sql}</answer>"
+
+
+@functools.lru_cache(maxsize=4)
+def _fitted(databases: tuple[str, ...], per_database: int) -> dict[str, str]:
+    from vt_envs.domains.sql.tasks import sql_tasks
+
+    train = sql_tasks("train", databases=databases, size_per_database=per_database)
+    return fit_most_common(train[i] for i in range(len(train)))
+
+
+def most_common_shortcut(env: Any = None, per_database: int = 1000) -> MostCommonAnswerPolicy:
+    """:class:`MostCommonAnswerPolicy` fitted on ``per_database`` train tasks of each of
+    VT-SQL-v0's default databases (fitted once per process)."""
+    return MostCommonAnswerPolicy(_fitted(DEFAULT_DATABASES, per_database))
+
+
+def empty_query_shortcut(env: Any = None) -> ConstantQueryPolicy:
+    """:class:`ConstantQueryPolicy` with the empty query."""
+    return ConstantQueryPolicy()
 
 
 def distinct_questions(split: str, size: int, database: str) -> int:

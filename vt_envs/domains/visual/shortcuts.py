@@ -20,6 +20,7 @@ holds it (and every single statistic) at chance, and
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -29,7 +30,14 @@ from vt_envs.core.policy import Policy
 from vt_envs.core.task import Task
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["STATISTICS", "ShortcutPolicy", "fit_shortcut", "options_of", "pick"]
+__all__ = [
+    "STATISTICS",
+    "ShortcutPolicy",
+    "fit_shortcut",
+    "options_of",
+    "options_only_shortcut",
+    "pick",
+]
 
 _OPTION = re.compile(r"^\(([A-H])\) (.*)$", re.MULTILINE)
 
@@ -140,3 +148,17 @@ class ShortcutPolicy(Policy):
 
     def act(self, observation: str, info: Mapping[str, Any]) -> str:
         return f"<answer>{pick(self.statistic, observation)}</answer>"
+
+
+@functools.lru_cache(maxsize=2)
+def _fitted_table(tasks: int) -> tuple[tuple[str, str], ...]:
+    from vt_envs.domains.visual.tasks import ChoiceMatch, visual_tasks
+
+    fitted = fit_shortcut(visual_tasks("train", size=tasks), ChoiceMatch())
+    return tuple((kind, statistic) for kind, (statistic, _) in sorted(fitted.items()))
+
+
+def options_only_shortcut(env: Any = None, fit: int = 4000) -> ShortcutPolicy:
+    """The options-only shortcut: for each kind, the option statistic that scores best
+    on ``fit`` train tasks (fitted once per process), played without the image."""
+    return ShortcutPolicy(dict(_fitted_table(fit)))
