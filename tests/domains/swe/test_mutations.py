@@ -466,6 +466,9 @@ def test_narrowed_validation_runs_only_the_covering_test_modules(tmp_path):
     assert mutants.covering_tests(repo, "minipkg/text.py", tests) == tests
     assert mutants.covering_tests(repo, "minipkg/mathutil.py", tests) == [tests[0]]
     assert mutants.covering_tests(repo, "minipkg/__init__.py", tests) == tests
+    # A package's __init__.py: by the function's (or its class's) name.
+    assert mutants.covering_tests(repo, "minipkg/__init__.py", tests, "clamp") == [tests[0]]
+    assert mutants.covering_tests(repo, "minipkg/__init__.py", tests, "X.__eq__") == tests
     tasks = build_tasks(
         repo, source_paths=["minipkg/mathutil.py"], test_paths=tests, seed=0, max_tasks=2,
         narrow_tests=True, timeout_s=30, env=FAST,

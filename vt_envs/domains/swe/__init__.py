@@ -10,12 +10,19 @@
   :mod:`~vt_envs.domains.swe.test_runs`, :mod:`~vt_envs.domains.swe.mutants`),
   materialized and cached (:mod:`~vt_envs.domains.swe.tasks`,
   :mod:`~vt_envs.domains.swe.sources`; :mod:`~vt_envs.domains.swe.fetch` gets a
-  package's sdist), HumanEval (:mod:`~vt_envs.domains.swe.humaneval`) and
+  package's sdist; :mod:`~vt_envs.domains.swe.default_repos` pins the default
+  repositories, ``gym.make("VT-SWE-v0", repos=[...])``), HumanEval
+  (:mod:`~vt_envs.domains.swe.humaneval`) and
   SWE-bench-format instances (:mod:`~vt_envs.domains.swe.swebench`:
   ``from vt_envs.domains.swe import load_swebench``);
 - :mod:`~vt_envs.domains.swe.oracle`: the reverting oracle and a do-nothing baseline.
 """
 
+from vt_envs.domains.swe.default_repos import (
+    DEFAULT_REPO_NAMES,
+    DEFAULT_REPOS,
+    RepositoryUnavailableError,
+)
 from vt_envs.domains.swe.env import make_swe_env
 from vt_envs.domains.swe.oracle import DoNothingPolicy, SWEOracle
 from vt_envs.domains.swe.swebench import (
@@ -26,8 +33,11 @@ from vt_envs.domains.swe.swebench import (
 )
 
 __all__ = [
+    "DEFAULT_REPOS",
+    "DEFAULT_REPO_NAMES",
     "REQUIRED_FIELDS",
     "DoNothingPolicy",
+    "RepositoryUnavailableError",
     "SWEOracle",
     "UnsupportedTestIdError",
     "check_test_id",

@@ -243,6 +243,14 @@ def make_swe_env(
             default to :data:`~vt_envs.sandbox.policy.SYSTEM_PATHS` (the module
             docstring; add a directory the repository's dependencies need, or pass
             ``("/",)`` for the whole host).
+
+    Raises:
+        InvalidConfigError: a bad keyword (an unknown name in ``repos``, ``repos`` with
+            ``repo`` / ``tasks`` / ``dataset``, ...).
+        RepositoryUnavailableError: a default repository is not in the task cache and
+            cannot be fetched (offline): run ``python -m vt_envs.domains.swe.fetch
+            --defaults`` where the package index is reachable, or pass
+            ``repos=["vtutils"]``.
     """
     if isinstance(eval_children, bool) or not isinstance(eval_children, int) or eval_children < 1:
         raise InvalidConfigError(

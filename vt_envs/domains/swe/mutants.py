@@ -180,9 +180,11 @@ def build_tasks(
     most that many mutants of one function (so a few long functions do not make
     most tasks, and a held-out function is not a large share of the test split);
     ``max_runs`` stops after that many mutant test runs; ``narrow_tests`` runs
-    each mutant against only the test modules that cover its file
+    each mutant against only the test modules that cover its function
     (:func:`covering_tests`) instead of all of ``test_paths`` (which must then
-    be files), judged against the baseline's outcomes of those modules.
+    be files), judged against the baseline's outcomes of those modules, and
+    stops a mutant's run at three times the baseline's duration (at least 10 s,
+    at most ``timeout_s``): an infinite loop is dropped sooner.
 
     Raises:
         InvalidConfigError: bad arguments, a source file that does not parse, or a
@@ -196,6 +198,8 @@ def build_tasks(
     with _working_copy(repo) as copy:
         baseline = run_tests(copy, test_paths, **options)
     _require_clean(baseline)
+    if narrow_tests:  # a mutant that loops forever costs 3x the whole suite, not timeout_s
+        options["timeout_s"] = min(timeout_s, max(10.0, 3 * baseline.duration_s))
     originals, candidates = {}, []
     for rel in files:
         try:
@@ -219,7 +223,7 @@ def build_tasks(
         tried.add(key)
         paths, judged = test_paths, baseline
         if narrow_tests:
-            paths = covering_tests(repo, mutation.path, test_paths)
+            paths = covering_tests(repo, mutation.path, test_paths, mutation.function)
             judged = dataclasses.replace(
                 baseline, passed=frozenset(t for t in baseline.passed if t.split("::")[0] in paths)
             )
@@ -230,16 +234,26 @@ def build_tasks(
     return sorted(kept, key=lambda task: mutation_order(task.mutation))
 
 
-def covering_tests(repo: Path, source: str, test_paths: Sequence[str]) -> list[str]:
-    """The test modules of ``test_paths`` that cover the source file ``source``: those
-    whose file name or text names its module (``boltons/strutils.py``: ``test_strutils.py``
-    and any test that says ``strutils``); all of them for a package's ``__init__.py``, or
-    when none names it. A mutant's failures outside these are not looked for."""
+def covering_tests(
+    repo: Path, source: str, test_paths: Sequence[str], function: str | None = None
+) -> list[str]:
+    """The test modules of ``test_paths`` that cover ``function`` of the source file
+    ``source``: those whose file name or text names its module (``boltons/strutils.py``:
+    ``test_strutils.py`` and any test that says ``strutils``) or, given ``function``, the
+    function or its class (``LRUCache.popitem``: ``LRUCache`` or ``popitem``; the way in
+    to a package's ``__init__.py``, whose module name no test says); all of them when
+    none does. A mutant's failures outside these are not looked for."""
     modules = [p for p in test_paths if re.search(r"(^|/)(test_[^/]*|[^/]*_test)\.py$", p)]
-    stem = Path(source).stem
-    if stem == "__init__" or not modules:
-        return list(modules or test_paths)
-    word = re.compile(rf"(?<![A-Za-z0-9]){re.escape(stem.lstrip('_'))}(?![A-Za-z0-9])")
+    if not modules:
+        return list(test_paths)
+    names = {Path(source).stem.lstrip("_")} - {"init__"}
+    if function:
+        parts = function.split(".")
+        names |= {n for n in (parts[0], parts[-1]) if not n.startswith("__")}
+    if not names:
+        return modules
+    alternatives = "|".join(map(re.escape, sorted(names)))
+    word = re.compile(rf"(?<![A-Za-z0-9])({alternatives})(?![A-Za-z0-9])")
     chosen = [
         p for p in modules
         if word.search(Path(p).stem) or word.search((repo / p).read_text(errors="replace"))

@@ -35,8 +35,9 @@ from vt_envs.errors import InvalidConfigError
 __all__ = ["BUILTIN_REPO", "GENERATOR_VERSION", "BuildLimits", "repository_tasks"]
 
 #: Bump when the mutation kinds, the validation rule, the issue text or the task layout
-#: change (3: issue texts name no test).
-GENERATOR_VERSION = 3
+#: change (3: issue texts name no test; 4: bounded builds, validation narrowed to the
+#: covering test modules).
+GENERATOR_VERSION = 4
 BUILTIN_REPO = Path(__file__).resolve().parents[2] / "assets" / "swe" / "vtutils"
 # The repositories' tests need no pytest plugin; not loading the host's is ~5x faster.
 _FAST = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
