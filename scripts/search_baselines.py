@@ -5,7 +5,9 @@
 Prints, for the dense and the BM25 retriever, the mean reward of
 :class:`~vt_envs.domains.search.SearchOracle` and of
 :class:`~vt_envs.domains.search.NoSearchPolicy` by task kind (with the task
-counts) as JSON. These are the README's oracle and baseline numbers.
+counts), whether both retrievers played the same task ids, and the shipped
+closed-book check's figures (``scripts/search_closed_book.py``), as JSON.
+These are the README's oracle and baseline numbers.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ from __future__ import annotations
 import collections
 import json
 import time
+from importlib import resources
 
 import vt_envs
 from vt_envs.domains.search import NoSearchPolicy
+from vt_envs.domains.search.tasks import CLOSED_BOOK_FILE
 
 
 def evaluate(retriever: str) -> dict[str, object]:
     env = vt_envs.make("VT-Search-v0", retriever=retriever, split="test")
+    ids = [task.id for task in env.tasks]
     rewards: dict[str, dict[str, list[float]]] = {
         "oracle": collections.defaultdict(list),
         "no_search": collections.defaultdict(list),
@@ -31,7 +36,7 @@ def evaluate(retriever: str) -> dict[str, object]:
             result = vt_envs.run_episode(env, policy, options={"task_id": task.id})
             rewards[name][task.metadata["kind"]].append(result.reward)
     env.close()
-    report: dict[str, object] = {"seconds": round(time.perf_counter() - start, 1)}
+    report: dict[str, object] = {"seconds": round(time.perf_counter() - start, 1), "ids": ids}
     for name, by_kind in rewards.items():
         everything = [r for values in by_kind.values() for r in values]
         report[name] = {
@@ -44,5 +49,13 @@ def evaluate(retriever: str) -> dict[str, object]:
     return report
 
 
+def closed_book() -> dict[str, object]:
+    path = resources.files("vt_envs") / "assets" / "search" / CLOSED_BOOK_FILE
+    test = json.loads(path.read_text())["splits"]["test"]
+    return {"answered (dropped)": len(test["answered"]), **test["accuracy"]}
+
+
 if __name__ == "__main__":
-    print(json.dumps({r: evaluate(r) for r in ("dense", "bm25")}, indent=1))
+    reports = {r: evaluate(r) for r in ("dense", "bm25")}
+    same = reports["dense"].pop("ids") == reports["bm25"].pop("ids")
+    print(json.dumps({**reports, "same_task_ids": same, "closed_book": closed_book()}, indent=1))

@@ -14,8 +14,9 @@ all-MiniLM-L6-v2 + FAISS (the ``search`` extra); ``"bm25"`` is ``bm25s``;
 ``"auto"`` (default) takes dense when the extra is installed.
 
 Tasks are generated from the corpus (:func:`search_tasks`: masked-subject,
-year-cloze and two-hop questions whose oracle query retrieves the gold
-passage), or come from a Search-R1 / FlashRAG file
+year-cloze and three multi-hop kinds, kept when both retrievers find every
+hop's passage and, held out, when a closed-book model cannot answer them; the
+same set whichever retriever the env uses), or come from a Search-R1 / FlashRAG file
 (``dataset="nq_test.parquet"``) or FanOutQA (``dataset="fanoutqa"``).
 """
 

@@ -4,7 +4,10 @@
 assets and answers only if what it read supports the answer: every hop's
 gold passage came back, and (for a second hop) the person to search for was
 named in the first hop's passage. So a reward of 1.0 proves retrieval,
-formatting, parsing and verification fit together.
+formatting, parsing and verification fit together. On tasks without oracle
+queries (a user's ``dataset=``) it is a *reference policy*, not an oracle: it
+searches the question and answers a gold only if a passage it read holds it
+(else ``unknown``), so it never answers without searching.
 
 :class:`NoSearchPolicy` answers at once from the question alone (the blanked
 subject's most likely guess: a year, the most common nationality, or a
@@ -19,7 +22,7 @@ from typing import Any
 
 from vt_envs.core.policy import OraclePolicy, Policy
 from vt_envs.core.task import Task
-from vt_envs.domains.search.verifier import golds_of
+from vt_envs.domains.search.verifier import golds_of, normalize_answer
 
 __all__ = ["NoSearchPolicy", "SearchOracle"]
 
@@ -35,6 +38,12 @@ class SearchOracle(OraclePolicy):
         queries = list(self.task.assets.get("oracle_queries", ()))
         if self.turn > 0:
             self.read.append(observation)
+        if not queries:  # a user's question: search it, answer only from what came back
+            queries = [self.task.prompt]
+            if self.turn >= len(queries):
+                read = f" {normalize_answer(' '.join(self.read))} "
+                found = [g for g in golds_of(self.task.gold) if f" {normalize_answer(g)} " in read]
+                return f"<answer>{found[0] if found else 'unknown'}</answer>"
         if self.turn < len(queries):
             if self.turn > 0 and queries[self.turn] not in self.read[-1]:
                 return "<answer>unknown</answer>"  # the first hop did not name the bridge
