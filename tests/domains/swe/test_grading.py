@@ -332,6 +332,13 @@ def test_report_parsing_refuses_what_no_pytest_writes():
     assert "t.py::b" not in phases
     skipped = {"setup": "skipped", "teardown": "passed"}
     assert outcome_letter(skipped) == "F" and outcome_letter({}) == "M"
+    # subTest reports (pytest 9: cachetools' tests) repeat their test's id: not duplicates,
+    # and one that failed fails the test.
+    subtests = line("t.py::a", "subtest", "passed") * 3
+    phases, problems = parse_reports(good + subtests, token, ids)
+    assert problems == [] and outcome_letter(phases["t.py::a"]) == "P"
+    phases, problems = parse_reports(good + line("t.py::a", "subtest", "failed"), token, ids)
+    assert problems == [] and outcome_letter(phases["t.py::a"]) == "F"
 
 
 def test_judge_flags_each_kind_of_tampering():
@@ -349,6 +356,13 @@ def test_judge_flags_each_kind_of_tampering():
     assert judge(batches, verdicts("PP", "PP"), canaries)[1]  # a must-fail passed
     assert judge(batches, verdicts("PF", "PF"), canaries)[1]  # the twin disagreed
     assert judge(batches, verdicts("FF", "PF", (0, 1)), canaries)[1]  # exited 0
+    # No canary could be planted (cachetools' tests are inherited from a mixin): every
+    # test passing, the child exits 0, and that is not tampering.
+    assert judge([["m::a", "m::b"]], [{"outcomes": "PP", "exit": 0, "problems": []}], []) == (
+        {"m::a": "P", "m::b": "P"},
+        [],
+        0,
+    )
     letters, tampered, incomplete = judge(batches, verdicts("PM", "PP"), canaries)
     assert not tampered and incomplete == 1 and letters["m::a"] == "M"
 

@@ -341,8 +341,10 @@ def judge(
     """``(outcome letter by id, tampering found, incomplete batches)`` of a run.
 
     ``verdicts``: the runner's, one per batch (``outcomes``, ``exit``, ``problems``).
-    Tampering: a batch exited 0 or wrote a stream no honest pytest writes; a
-    must-fail canary passed; a twin ended unlike its original. A batch whose
+    Tampering: a batch that holds a must-fail canary exited 0, or a batch wrote a
+    stream no honest pytest writes; a must-fail canary passed; a twin ended unlike
+    its original. (A run with no canary — tests a module inherits from elsewhere,
+    as cachetools' mixins, cannot be cloned — may exit 0: every test passed.) A batch whose
     canaries did not all report is *incomplete* (a module that no longer imports):
     its real tests count as not passed (``"M"``).
     """
@@ -352,7 +354,8 @@ def judge(
         outcomes = str(verdict.get("outcomes", ""))
         if len(outcomes) != len(batch):
             outcomes = "M" * len(batch)
-        if verdict.get("exit") == 0:
+        must_fail = any(by_id[t].kind == "fails" for t in batch if t in by_id)
+        if verdict.get("exit") == 0 and must_fail:
             tampered.append("a test child exited 0 although it ran a test that must fail")
         for problem in verdict.get("problems") or ():
             tampered.append(f"the report stream was {problem}")

@@ -44,7 +44,9 @@ def _send(fields):
         data = data[_w(_fd, data):]
 class _VTReport:
     def pytest_runtest_logreport(self, report):
-        _send([report.nodeid, report.when, report.outcome])
+        # A subTest's report (pytest >= 9) repeats its test's id and phase: sent apart.
+        when = "subtest" if type(report).__name__ == "SubtestReport" else report.when
+        _send([report.nodeid, when, report.outcome])
     def pytest_collectreport(self, report):
         if report.failed:
             _send([report.nodeid, "collect", "failed"])
@@ -68,7 +70,9 @@ def parse_reports(data, token, expected):
     ``problems``: what an honest pytest never writes (``"malformed"``: a line
     without the token or not three known fields; ``"duplicate"``: a phase
     reported twice), each named once. Lines for other ids are dropped. An
-    unterminated last line (the child died mid-write) is ignored.
+    unterminated last line (the child died mid-write) is ignored. A test's
+    ``subtest`` reports (any number) can only fail it: one that failed is kept as
+    its ``subtest`` phase.
     """
     phases, problems = {}, []
     lines = data.split(b"\n")[:-1]  # the part after the last newline is unfinished
@@ -82,6 +86,10 @@ def parse_reports(data, token, expected):
         if when == "collect" or nodeid not in expected:
             continue
         seen = phases.setdefault(nodeid, {})
+        if when == "subtest":
+            if outcome == "failed":
+                seen["subtest"] = "failed"
+            continue
         if when in seen:
             _note(problems, "duplicate")
         seen[when] = outcome
@@ -100,7 +108,7 @@ def _fields(line, prefix):
     if not all(isinstance(f, str) for f in fields):
         return None
     nodeid, when, outcome = fields
-    if when not in (*_PHASES, "collect") or outcome not in _OUTCOMES:
+    if when not in (*_PHASES, "collect", "subtest") or outcome not in _OUTCOMES:
         return None
     return nodeid, when, outcome
 
@@ -113,10 +121,10 @@ def _note(problems, what):
 def outcome_letter(phases):
     """``"P"``: setup, call and teardown each passed; ``"F"``: a phase failed or was
     skipped (a test must pass); ``"M"``: no complete report (the child died, or the
-    test never ran)."""
+    test never ran); a failed subtest fails its test."""
     if not phases or "setup" not in phases:
         return "M"
-    if any(phases.get(p) in ("failed", "skipped") for p in _PHASES):
+    if any(phases.get(p) in ("failed", "skipped") for p in (*_PHASES, "subtest")):
         return "F"
     return "P" if all(phases.get(p) == "passed" for p in _PHASES) else "M"
 
