@@ -105,8 +105,10 @@ def test_the_default_task_set_names_every_repository_in_its_ids():
     env.close()
 
 
-@pytest.mark.parametrize("repo", DEFAULT_REPO_NAMES)
-def test_the_oracle_fixes_a_held_out_task_of_each_repository(repo):
+# Two by default (toolz; cachetools: src/ layout and subTests, which grading once scored
+# 0); every repository's held-out tasks in the slow test below.
+@pytest.mark.parametrize("repo", ["toolz", "cachetools"])
+def test_the_oracle_fixes_a_held_out_task(repo):
     env = gym.make("VT-SWE-v0", repos=[repo], split="test", max_turns=12)
     source = env.unwrapped.tasks
     task = source[0]
