@@ -94,7 +94,12 @@ _REGISTRY: dict[str, EnvRegistration] = {}
 _SERVER_KWARGS = frozenset({"tool_server", "tool_server_token"})
 
 
-def env_builder(fn: Callable[..., ToolEnv]) -> Callable[..., ToolEnv]:
+def env_builder(
+    fn: Callable[..., ToolEnv] | None = None,
+    *,
+    fixed: Mapping[str, tuple[Any, str]] | None = None,
+    renamed: Mapping[str, str] | None = None,
+) -> Any:
     """Make ``fn`` reject unknown keywords with a typed, helpful error.
 
     ``fn`` must take keyword-only arguments and may end with ``**env_kwargs``,
@@ -103,11 +108,26 @@ def env_builder(fn: Callable[..., ToolEnv]) -> Callable[..., ToolEnv]:
     is checked by :func:`~vt_envs.core.tool.check_timeout` (``None`` passes to
     ``fn``), so a NaN, infinite, zero or negative one is refused under its own
     name, whichever domain's builder it was meant for.
+
+    Used bare (``@env_builder``) or with the common keywords the domain sets
+    itself (``@env_builder(fixed=..., renamed=...)``):
+
+    Args:
+        fixed: common keyword -> ``(value, why)``, a :data:`TOOL_ENV_KWARGS` the
+            builder passes to ``ToolEnv`` itself. Given the same value it is
+            accepted (and dropped); another value raises
+            :class:`~vt_envs.errors.InvalidConfigError` saying why.
+        renamed: common keyword -> the builder's own name for it
+            (``{"max_tool_calls": "max_searches"}``); giving both is refused.
     """
+    if fn is None:
+        return functools.partial(env_builder, fixed=fixed, renamed=renamed)
+    fixed, renamed = dict(fixed or {}), dict(renamed or {})
     params = inspect.signature(fn).parameters
     own = {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
     forwards = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    accepted = own | (TOOL_ENV_KWARGS if forwards else set())
+    accepted = own | (TOOL_ENV_KWARGS if forwards else set()) | set(fixed) | set(renamed)
+    where = f"{fn.__module__}.{fn.__name__}()"
 
     @functools.wraps(fn)
     def build(**kwargs: Any) -> ToolEnv:
@@ -115,10 +135,11 @@ def env_builder(fn: Callable[..., ToolEnv]) -> Callable[..., ToolEnv]:
         server, token = kwargs.pop("tool_server", None), kwargs.pop("tool_server_token", None)
         for key in kwargs:
             if key not in accepted | _SERVER_KWARGS:
-                raise UnknownKwargError(f"{fn.__module__}.{fn.__name__}()", key, accepted)
+                raise UnknownKwargError(where, key, accepted)
             deadline = key.endswith("timeout_s") or key == "max_episode_seconds"
             if deadline and kwargs[key] is not None:  # (None: the builder says if it may be)
                 check_timeout(key, kwargs[key], optional=key == "max_episode_seconds")
+        kwargs = _resolve_domain_keywords(where, kwargs, fixed, renamed)
         env = fn(**kwargs)
         if server is not None:
             from vt_envs.server.client import attach_tool_server
@@ -128,6 +149,31 @@ def env_builder(fn: Callable[..., ToolEnv]) -> Callable[..., ToolEnv]:
 
     build.accepted_kwargs = frozenset(accepted | _SERVER_KWARGS)  # type: ignore[attr-defined]
     return build
+
+
+def _resolve_domain_keywords(
+    where: str,
+    kwargs: dict[str, Any],
+    fixed: Mapping[str, tuple[Any, str]],
+    renamed: Mapping[str, str],
+) -> dict[str, Any]:
+    """``kwargs`` with the builder's fixed keywords checked and dropped, and common
+    keywords renamed to the builder's own names (see :func:`env_builder`)."""
+    kwargs = dict(kwargs)
+    for key, (value, why) in fixed.items():
+        if key in kwargs and kwargs.pop(key) != value:
+            raise InvalidConfigError(
+                f"{where} sets {key}={value!r} itself ({why}); leave {key} out or pass {value!r}"
+            )
+    for common, own in renamed.items():
+        if common in kwargs:
+            if own in kwargs:
+                raise InvalidConfigError(
+                    f"{where}: {common} and {own} are the same setting here; pass one "
+                    f"(given {common}={kwargs[common]!r}, {own}={kwargs[own]!r})"
+                )
+            kwargs[own] = kwargs.pop(common)
+    return kwargs
 
 
 def register_env(
@@ -184,8 +230,13 @@ def registration_of(env_id: str) -> EnvRegistration:
 
 
 def _lookup(env_id: str) -> EnvRegistration:
-    if env_id.startswith("vt_envs:"):
-        env_id = env_id.removeprefix("vt_envs:")
+    module, sep, short = env_id.rpartition(":")
+    if sep and module:  # "my_pkg.envs:MyOrg/Env-v0", as gym.make reads it
+        from vt_envs.core.plugins import import_plugin
+
+        if module != "vt_envs":
+            import_plugin(module)
+        env_id = short
     if env_id not in _REGISTRY:
         raise UnknownNameError(
             "env id",

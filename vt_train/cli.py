@@ -11,7 +11,10 @@ Data parallel over several processes (CPU gloo or GPUs):
 ``torchrun --nproc_per_node N -m vt_train.cli RECIPE.yaml [key=value ...]``.
 
 Overrides use dotted keys and YAML values: ``algo=ppo rollout.n=8
-optim.lr=5e-5``. The resolved config is written to the run directory.
+optim.lr=5e-5``. The resolved config (the algorithm preset expanded) is written
+to the run directory. User code: ``--import my_module`` (or ``imports:
+[my_module]`` in the recipe) before the recipe is checked, so the names it
+registers are valid; ``"module:attr"`` wherever a name goes.
 """
 
 from __future__ import annotations
@@ -29,12 +32,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _rl(recipe: str | None, overrides: Sequence[str], *, resume: bool = False) -> int:
+def _rl(
+    recipe: str | None, overrides: Sequence[str], imports: Sequence[str], *, resume: bool = False
+) -> int:
     from vt_train.config import load_config
     from vt_train.run_dir import plot_reward_curve
     from vt_train.trainer import Trainer
 
-    config = load_config(recipe, overrides)
+    config = load_config(recipe, overrides, imports)
     trainer = Trainer(config)
     if resume:
         trainer.load_checkpoint()
@@ -47,9 +52,11 @@ def _rl(recipe: str | None, overrides: Sequence[str], *, resume: bool = False) -
     return 0
 
 
-def _sft(recipe: str | None, overrides: Sequence[str]) -> int:
+def _sft(recipe: str | None, overrides: Sequence[str], imports: Sequence[str]) -> int:
+    from vt_envs.core.plugins import import_plugins
     from vt_train.sft import SFTRunConfig, run_sft_command
 
+    import_plugins(imports)
     data = yaml.safe_load(Path(recipe).read_text()) if recipe else {}
     from vt_train.config import apply_overrides, from_dict
 
@@ -59,11 +66,11 @@ def _sft(recipe: str | None, overrides: Sequence[str]) -> int:
 
 
 def _check(recipe: str, overrides: Sequence[str], ns: argparse.Namespace) -> int:
-    from vt_train.config import config_to_dict, load_config
+    from vt_train.config import load_config, resolved_config_dict
     from vt_train.memory import estimate_memory, model_shape
 
-    config = load_config(recipe, overrides)
-    print(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+    config = load_config(recipe, overrides, ns.imports)
+    print(yaml.safe_dump(resolved_config_dict(config), sort_keys=False))
     print(f"# {recipe}: valid ({config.algo} on {config.env.label})")
     shape = model_shape(config)
     if shape is None:
@@ -93,6 +100,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "args", nargs="*", help="recipe (for sft/check), run dir (resume), key=value"
     )
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module or .py file to import first (registers advantages, losses, presets, "
+        "env ids); recorded in the run's config.yaml; repeatable",
+    )
     check = parser.add_argument_group("check")
     check.add_argument("--dry-run", action="store_true", help="run one step on the CPU")
     check.add_argument("--dry-run-dir", help="keep the dry run's directory here")
@@ -102,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     head, rest = ns.command_or_recipe, ns.args
     if head == "sft":
         recipe = rest[0] if rest and "=" not in rest[0] else None
-        return _sft(recipe, rest[1:] if recipe else rest)
+        return _sft(recipe, rest[1:] if recipe else rest, ns.imports)
     if head == "check":
         if not rest:
             parser.error("check needs a recipe path")
@@ -111,10 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not rest:
             parser.error("resume needs a run directory")
         run_dir = Path(rest[0])
-        return _rl(str(run_dir / "config.yaml"), [*rest[1:], f"output_dir={run_dir}"], resume=True)
+        overrides = [*rest[1:], f"output_dir={run_dir}"]
+        return _rl(str(run_dir / "config.yaml"), overrides, ns.imports, resume=True)
     if "=" in head:  # only overrides: the default config
-        return _rl(None, [head, *rest])
-    return _rl(head, rest)
+        return _rl(None, [head, *rest], ns.imports)
+    return _rl(head, rest, ns.imports)
 
 
 if __name__ == "__main__":

@@ -262,7 +262,12 @@ class TrainConfig:
     Attributes:
         algo: the algorithm preset (``grpo``, ``dr_grpo``, ``dapo``, ``rloo``,
             ``reinforce_pp``, ``ppo``).
-        algorithm: overrides of the preset's fields (``clip_high: 0.28``).
+        algorithm: overrides of the preset's fields (``clip_high: 0.28``). The run
+            directory's ``config.yaml`` records every field, resolved.
+        imports: modules or ``.py`` files imported before the recipe is checked,
+            so the names they register (advantages, losses, presets, env ids) are
+            valid in it; ``"module:attr"`` works wherever a name does. Recorded
+            (files as absolute paths), so ``vt-train resume`` imports them again.
         env: see :class:`EnvConfig`.
         model: see :class:`ModelConfig`.
         init_from: a model directory to start from (an SFT output); takes
@@ -286,6 +291,7 @@ class TrainConfig:
 
     algo: str = "grpo"
     algorithm: dict[str, Any] = field(default_factory=dict)
+    imports: list[str] = field(default_factory=list)
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     init_from: str | None = None
@@ -408,8 +414,12 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return data
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Read a YAML recipe (or the defaults when ``path`` is None) and apply overrides."""
+def load_config(
+    path: str | Path | None = None, overrides: Sequence[str] = (), imports: Sequence[str] = ()
+) -> TrainConfig:
+    """Read a YAML recipe (or the defaults when ``path`` is None), apply overrides, and
+    import its ``imports`` (then ``imports``, ``--import`` on the command line) before
+    the config is checked."""
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -418,7 +428,22 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         data = yaml.safe_load(path.read_text()) or {}
         if not isinstance(data, dict):
             raise InvalidConfigError(f"{path}: a recipe must be a YAML mapping")
-    return from_dict(TrainConfig, apply_overrides(data, overrides))
+    data = apply_overrides(data, overrides)
+    if imports:
+        data["imports"] = [*(data.get("imports") or []), *imports]
+    if "imports" in data:  # before anything reads a registry
+        from vt_envs.core.plugins import import_plugins
+
+        data["imports"] = import_plugins(data["imports"] or [])
+    return from_dict(TrainConfig, data)
+
+
+def resolved_config_dict(config: TrainConfig) -> dict[str, Any]:
+    """``config`` as the run directory records it: every algorithm field resolved from
+    the preset and overrides, so the run is reproducible from this file alone."""
+    data = config_to_dict(config)
+    data["algorithm"] = dataclasses.asdict(config.algorithm_config())
+    return data
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 Algorithms (advantage estimators, policy losses, aggregation modes, KL
 estimators, presets) and engines are registry entries, not if/else chains;
-a misspelled name lists the valid ones with a "did you mean".
+a misspelled name lists the valid ones with a "did you mean". A name of the
+form ``"module:attr"`` imports the module (which may register more names) and
+returns its attribute, so user code is usable by reference without editing VT.
 """
 
 from __future__ import annotations
@@ -36,9 +38,20 @@ class Registry(Generic[T]):
         return add
 
     def get(self, name: str) -> T:
-        if name not in self._items:
-            raise UnknownNameError(self.kind, name, self._items)
-        return self._items[name]
+        """The entry ``name``, or the object ``"module:attr"`` references."""
+        if name in self._items:
+            return self._items[name]
+        if isinstance(name, str) and ":" in name:
+            from vt_envs.core.plugins import load_attr
+
+            return load_attr(name)
+        raise UnknownNameError(
+            self.kind,
+            name,
+            self._items,
+            hint="Register one first (imports: [my_module] in a recipe, --import on the "
+            "command line) or name it as 'module:attr'.",
+        )
 
     def names(self) -> list[str]:
         return sorted(self._items)

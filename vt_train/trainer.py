@@ -68,7 +68,7 @@ from vt_train.algorithms import (
 from vt_train.algorithms.shaping import shape_rewards, shaping_metrics
 from vt_train.attention import use_cpu_gqa_attention
 from vt_train.batch import TrainBatch
-from vt_train.config import TrainConfig, config_to_dict, resolve_device
+from vt_train.config import TrainConfig, resolve_device, resolved_config_dict
 from vt_train.ds_engine import (
     DeepSpeedModel,
     FrozenDeepSpeedModel,
@@ -276,7 +276,7 @@ class Trainer:
         )
         if self.is_main:
             (self.run_dir / "config.yaml").write_text(
-                yaml.safe_dump(config_to_dict(config), sort_keys=False)
+                yaml.safe_dump(resolved_config_dict(config), sort_keys=False)
             )
         self.reference = None if reference is None else self._frozen(self._logprob_model(reference))
         self.critic = None

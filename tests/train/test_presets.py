@@ -91,7 +91,9 @@ def test_unknown_preset_message() -> None:
         AlgorithmConfig.from_preset("grpoo")
     assert str(err.value) == (
         "Unknown algorithm preset 'grpoo'. Did you mean 'grpo'? "
-        "Known algorithm presets: dapo, dr_grpo, grpo, ppo, reinforce_pp, rloo."
+        "Known algorithm presets: dapo, dr_grpo, grpo, ppo, reinforce_pp, rloo. "
+        "Register one first (imports: [my_module] in a recipe, --import on the command "
+        "line) or name it as 'module:attr'."
     )
 
 

@@ -12,6 +12,7 @@ Examples::
     vt-bench eval VT-Math-v0 VT-SQL-v0 --policy oracle --env-kwargs '{"max_turns": 4}' \
         --env-kwargs VT-Math-v0='{"families": ["modpow"]}' --out runs/eval-kw
     vt-bench eval --resume runs/eval-tiny      # after a crash: only what is missing
+    vt-bench eval MyOrg/Capitals-v0 --import my_envs --policy oracle --out runs/mine
 
 The endpoint's API key, if any, is read from ``OPENAI_API_KEY``.
 
@@ -64,6 +65,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="directory for the results")
     parser.add_argument("--resume", type=Path, default=None, help="finish the evaluation in DIR")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module or .py file to import first (registers its envs); repeatable",
+    )
 
 
 def parse_env_kwargs(values: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -115,6 +124,7 @@ def _config(args: argparse.Namespace):
         split=args.split, temperature=args.temperature, top_p=args.top_p,
         max_new_tokens=args.max_new_tokens, max_context=args.max_context,
         concurrency=args.concurrency, env_kwargs=env_kwargs, env_kwargs_by_id=env_kwargs_by_id,
+        imports=args.imports,
     )  # fmt: skip
     return config, args.out
 

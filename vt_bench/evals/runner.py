@@ -90,6 +90,9 @@ class EvalConfig:
             run plays.
         skipped: env id -> why ``all`` left it out (an image env for a text-only
             model); filled by :func:`run_eval`.
+        imports: modules or ``.py`` files imported first (their ``register_env``
+            calls make their env ids playable by name); recorded, so ``--resume``
+            imports them again (:mod:`vt_envs.core.plugins`).
     """
 
     env_ids: list[str]
@@ -109,8 +112,12 @@ class EvalConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     env_kwargs_by_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    imports: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        from vt_envs.core.plugins import import_plugins
+
+        self.imports = import_plugins(self.imports)
         for name in ("tasks", "samples", "concurrency", "max_new_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -474,13 +481,19 @@ def _text_agents(config: EvalConfig, env_id: str) -> tuple[Callable[[Any], Any],
 def _resolve_ids(env_ids: Sequence[str]) -> list[str]:
     import vt_envs
     from vt_envs.core.mixture import parse_mixture_id
+    from vt_envs.registration import registration_of
 
     known = list(vt_envs.registered_envs())
     ids = known if list(env_ids) == ["all"] else list(env_ids)
     for env_id in ids:
         for member in parse_mixture_id(env_id) or [env_id]:
-            if member not in known:
-                raise InvalidConfigError(f"unknown env id {member!r}; registered: {known}")
+            try:
+                registration_of(member)  # "my_pkg.envs:MyOrg/Env-v0" imports my_pkg.envs
+            except UnknownNameError:
+                raise InvalidConfigError(
+                    f"unknown env id {member!r}; registered: {known}. An env of another "
+                    "package: --import MODULE, or name it MODULE:ID"
+                ) from None
     return ids
 
 

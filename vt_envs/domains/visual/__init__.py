@@ -107,7 +107,7 @@ def _tasks(dataset: str | os.PathLike[str] | None, split: str, **generated: Any)
     )
 
 
-@env_builder
+@env_builder(fixed={"action_format": ("json", "its tools take several arguments: JSON tool calls")})
 def make_visual_env(
     *,
     split: str = "train",
