@@ -67,6 +67,7 @@ quickstart-lookup: $(VENV)/.installed-dev
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check vt_envs vt_train vt_bench tests scripts
 	$(BIN)/ruff format --check vt_envs vt_train vt_bench tests scripts
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m vt_bench speed --out bench_out
