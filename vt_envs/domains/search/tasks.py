@@ -13,7 +13,8 @@ A candidate is kept only if
     (all-MiniLM-L6-v2, flat), so the task set is the same whichever
     retriever the env uses (and whatever its ``top_k``);
 (c) on the held-out split, a real model does not answer it closed-book
-    (SmolLM2-135M-Instruct, greedy, from the question alone).
+    (SmolLM2-135M-Instruct, greedy, from the question alone; applied when
+    the shipped ``closed_book.json`` exists and matches).
 
 For the default corpus (b) and (c) are shipped as data
 (``vt_envs/assets/search/``, recomputed by ``scripts/search_task_filter.py``
