@@ -99,6 +99,7 @@ def env_builder(
     *,
     fixed: Mapping[str, tuple[Any, str]] | None = None,
     renamed: Mapping[str, str] | None = None,
+    derived: Mapping[str, str] | None = None,
 ) -> Any:
     """Make ``fn`` reject unknown keywords with a typed, helpful error.
 
@@ -119,14 +120,19 @@ def env_builder(
             :class:`~vt_envs.errors.InvalidConfigError` saying why.
         renamed: common keyword -> the builder's own name for it
             (``{"max_tool_calls": "max_searches"}``); giving both is refused.
+        derived: common keyword -> what the builder computes it from
+            (``{"verify_timeout_s": "eval_timeout_s + 30 s"}``); giving it is refused
+            with that pointer.
     """
     if fn is None:
-        return functools.partial(env_builder, fixed=fixed, renamed=renamed)
+        return functools.partial(env_builder, fixed=fixed, renamed=renamed, derived=derived)
     fixed, renamed = dict(fixed or {}), dict(renamed or {})
+    derived = dict(derived or {})
     params = inspect.signature(fn).parameters
     own = {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
     forwards = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     accepted = own | (TOOL_ENV_KWARGS if forwards else set()) | set(fixed) | set(renamed)
+    accepted |= set(derived)
     where = f"{fn.__module__}.{fn.__name__}()"
 
     @functools.wraps(fn)
@@ -139,6 +145,10 @@ def env_builder(
             deadline = key.endswith("timeout_s") or key == "max_episode_seconds"
             if deadline and kwargs[key] is not None:  # (None: the builder says if it may be)
                 check_timeout(key, kwargs[key], optional=key == "max_episode_seconds")
+        for key in derived.keys() & kwargs.keys():
+            raise InvalidConfigError(
+                f"{where} computes {key} from {derived[key]}; set that instead of {key}"
+            )
         kwargs = _resolve_domain_keywords(where, kwargs, fixed, renamed)
         env = fn(**kwargs)
         if server is not None:

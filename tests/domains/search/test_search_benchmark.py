@@ -198,3 +198,33 @@ def test_the_oracle_on_user_questions_searches_and_answers_only_from_what_it_rea
         results[task.gold[0]] = run.reward
     env.close()
     assert results == {"Lisbon": 1.0, "Oslo": 0.0}  # Oslo is in no passage it read
+
+
+def test_candidates_are_cached_on_disk_and_read_back_unchanged(tmp_path, monkeypatch):
+    """A second process reads the generated candidates from the cache (seconds, not the
+    ~40 s generation) and gets exactly what generating them gives; a tampered cache
+    file is regenerated."""
+    from vt_envs.domains.search import tasks as search_tasks_module
+    from vt_envs.domains.search.tasks import _cached_candidates, candidate_tasks
+
+    monkeypatch.setenv("VT_CACHE_DIR", str(tmp_path))
+    corpus = Corpus(
+        [
+            Passage("0", "Paris", "Paris is the capital and largest city of France."),
+            Passage("1", "France", "France is a country in Western Europe. Its capital is Paris."),
+            Passage("2", "Rome", "Rome was founded in 753 BC. It is the capital of Italy."),
+            Passage("3", "Italy", "Italy is a country in Southern Europe."),
+        ],
+        name="tiny",
+    )
+    fresh = candidate_tasks(corpus)
+    assert fresh, "the tiny corpus gives candidates"
+    assert _cached_candidates(corpus) == fresh  # generated, then written
+    monkeypatch.setattr(search_tasks_module, "candidate_tasks", lambda c: pytest.fail("regen"))
+    assert _cached_candidates(corpus) == fresh  # read back, not generated
+    (cached,) = [
+        p for p in (tmp_path / "search" / "tasks").glob("*.json") if "manifest" not in p.name
+    ]
+    cached.write_text(cached.read_text().replace('"golds": [', '"golds": ["forged", ', 1))
+    monkeypatch.setattr(search_tasks_module, "candidate_tasks", lambda c: fresh)
+    assert _cached_candidates(corpus) == fresh  # the manifest refused the altered file

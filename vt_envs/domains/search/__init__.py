@@ -136,7 +136,7 @@ def _check_options(*, top_k: Any, size: Any, kinds: Any, search_timeout_s: Any) 
         raise InvalidConfigError(f"search_timeout_s must be > 0, got {search_timeout_s!r}")
 
 
-@env_builder
+@env_builder(renamed={"max_tool_calls": "max_searches"})
 def make_search_env(
     *,
     split: str = "train",

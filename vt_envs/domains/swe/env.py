@@ -179,7 +179,13 @@ def _lowered(limits: Any, max_tasks: int | None) -> Any:  # a sources.BuildLimit
     return dataclasses.replace(limits, max_tasks=max_tasks)
 
 
-@env_builder
+@env_builder(
+    fixed={
+        "action_format": ("json", "the editor's calls take several arguments"),
+        "answer_tags": (("submit",), "an episode ends with <submit>"),
+    },
+    derived={"verify_timeout_s": "eval_timeout_s (+ 30 s for the sandbox)"},
+)
 def make_swe_env(
     *,
     split: str = "train",
