@@ -33,7 +33,10 @@ $(VENV)/.installed-dev: $(BIN)/python pyproject.toml setup.cfg constraints/cpu.t
 	@touch $@
 
 # VT-SWE-v0's default repositories (pinned sdists, vt_envs/domains/swe/default_repos.py):
-# fetched with pip into the task cache and their mutant tasks built, once (cached after).
+# fetched with pip into the task cache and their tasks built from the validated mutants
+# shipped in vt_envs/assets/swe (seconds; cached after). Regenerate those after changing a
+# pinned version or the generator: python -m vt_envs.domains.swe.fetch --defaults
+# --validate --write-shipped (about 12 minutes: every candidate mutant's tests run).
 swe-repos: $(BIN)/python
 	$(BIN)/python -m vt_envs.domains.swe.fetch --defaults
 

@@ -138,4 +138,8 @@ def test_the_command_fetches_and_builds_the_chosen_defaults():
         [sys.executable, "-m", "vt_envs.domains.swe.fetch", "--defaults", "--repos", "vtutils"],
         capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
-    assert re.fullmatch(r"vtutils: \d+ train / \d+ test tasks \(\d+\.\d s\)\n", done.stdout)
+    assert re.fullmatch(
+        r"vtutils: \d+ train / \d+ test tasks \(\d+\.\d s: fetch \d+\.\d s, mutants \d+\.\d s "
+        r"\[(cache|shipped)\], task trees \d+\.\d s\)\n",
+        done.stdout,
+    )

@@ -18,6 +18,13 @@ set, whose scores would mean something else.
 ``vtutils`` (shipped with VT, nothing to fetch) is a default repository too
 (:data:`DEFAULT_REPO_NAMES`).
 
+Each default repository's validated mutants ship with VT
+(``vt_envs/assets/swe/validated-<name>[-<version>].json``,
+:mod:`~vt_envs.domains.swe.validated`), so building its tasks takes seconds, not the
+minutes its tests take over every candidate mutant; ``python -m
+vt_envs.domains.swe.fetch --defaults --validate --write-shipped`` regenerates them
+(after a change to a pinned version, the mutations or the generator).
+
 Left out, measured: ``more-itertools`` (its suite runs 765 tests and 21,194
 subtests in 61 s here, ``tests/test_more.py`` alone, which covers ``more.py``,
 in 27 s, so each mutant's validation would take half a minute or more).
@@ -34,7 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vt_envs.domains.swe.fetch import fetch_sdist
-from vt_envs.domains.swe.sources import BuildLimits
+from vt_envs.domains.swe.sources import BuildLimits, RepositoryMutants, repository_mutants
+from vt_envs.domains.swe.tasks import swe_cache_dir
+from vt_envs.domains.swe.validated import dumps, shipped_path
 from vt_envs.errors import InvalidConfigError, VTError
 
 __all__ = [
@@ -44,9 +53,11 @@ __all__ = [
     "DEFAULT_REPO_NAMES",
     "RepoSpec",
     "RepositoryUnavailableError",
+    "default_mutants",
     "ensure_repo",
     "repo_dir",
     "resolve_repos",
+    "write_shipped",
 ]
 
 #: The repository shipped with VT (``vt_envs/assets/swe/vtutils``).
@@ -187,6 +198,38 @@ def ensure_repo(spec: RepoSpec, cache: Path) -> Path:
             if not target.is_dir():
                 raise
     return target
+
+
+def default_mutants(name: str, *, seed: int = 0, validate: bool = False) -> RepositoryMutants:
+    """The kept mutants of default repository ``name`` (fetched first; from the cache,
+    its shipped validated list, or validated: see
+    :func:`~vt_envs.domains.swe.sources.repository_mutants`).
+
+    Raises:
+        InvalidConfigError: ``name`` is no default repository.
+        RepositoryUnavailableError: it is neither cached nor fetchable.
+    """
+    (name,) = resolve_repos([name])
+    if name == BUILTIN:
+        return repository_mutants(seed=seed, limits=BUILTIN_LIMITS, validate=validate)
+    spec = DEFAULT_REPOS[name]
+    return repository_mutants(
+        repo=ensure_repo(spec, swe_cache_dir()), name=spec.name, source_dir=spec.source_dir,
+        test_dir=spec.test_dir, seed=seed, limits=spec.limits, validate=validate,
+    )  # fmt: skip
+
+
+def write_shipped(built: RepositoryMutants, directory: Path | None = None) -> Path:
+    """Write ``built`` (a default repository's mutants) as its shipped validated list
+    (:func:`~vt_envs.domains.swe.validated.shipped_path`, or the same name in
+    ``directory``); returns the file."""
+    spec = DEFAULT_REPOS.get(built.name)
+    version = spec.version if spec is not None else None
+    path = shipped_path(built.name, version)
+    path = directory / path.name if directory is not None else path
+    path.write_text(dumps(built.mutants, repo=built.snapshot, name=built.name, key=built.key,
+                          seed=built.seed, limits=built.limits, version=version))  # fmt: skip
+    return path
 
 
 def _sha256(path: Path) -> str:

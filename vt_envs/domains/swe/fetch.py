@@ -14,7 +14,11 @@ dependencies): toolz, boltons, cachetools, parse, more-itertools.
 ``python -m vt_envs.domains.swe.fetch --defaults [--repos NAME...]`` fetches
 VT-SWE-v0's pinned default repositories
 (:data:`~vt_envs.domains.swe.default_repos.DEFAULT_REPOS`) into the task cache
-and builds their tasks, once (``make test`` runs it at install).
+and builds their tasks, once (``make test`` runs it at install). Their validated
+mutants ship with VT (:mod:`~vt_envs.domains.swe.validated`), so this takes seconds
+plus the downloads; ``--validate`` runs every candidate mutant's tests instead (about
+12 minutes on two cores) and ``--write-shipped`` writes the result back as the shipped
+lists (``--defaults --validate --write-shipped`` regenerates them).
 """
 
 from __future__ import annotations
@@ -101,18 +105,48 @@ def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def fetch_defaults(repos: list[str] | None = None, *, seed: int = 0) -> list[str]:
+def fetch_defaults(
+    repos: list[str] | None = None,
+    *,
+    seed: int = 0,
+    validate: bool = False,
+    write_shipped: bool = False,
+) -> list[str]:
     """Fetch VT-SWE-v0's default repositories (or ``repos`` of them) into the SWE task
-    cache and build their tasks (both splits); returns one line per repository."""
-    from vt_envs.domains.swe.default_repos import resolve_repos
+    cache and build their tasks (both splits); returns one line per repository.
+
+    Their mutants come from the cache, else from the shipped validated lists (seconds);
+    ``validate``: the tests run on every candidate mutant (minutes), whatever is there.
+    ``write_shipped``: then write each repository's shipped list (into VT's assets).
+    """
+    from vt_envs.domains.swe.default_repos import (
+        BUILTIN,
+        DEFAULT_REPOS,
+        default_mutants,
+        ensure_repo,
+        resolve_repos,
+    )
+    from vt_envs.domains.swe.default_repos import write_shipped as write
     from vt_envs.domains.swe.env import default_tasks
+    from vt_envs.domains.swe.tasks import swe_cache_dir
 
     lines = []
     for name in resolve_repos(repos):
         started = time.monotonic()
+        if name != BUILTIN:
+            ensure_repo(DEFAULT_REPOS[name], swe_cache_dir())
+        fetched = time.monotonic()
+        built = default_mutants(name, seed=seed, validate=validate)
+        mutants = time.monotonic()
         counts = [len(default_tasks(split, [name], seed=seed)) for split in ("train", "test")]
-        took = time.monotonic() - started
-        lines.append(f"{name}: {counts[0]} train / {counts[1]} test tasks ({took:.1f} s)")
+        done = time.monotonic()
+        lines.append(
+            f"{name}: {counts[0]} train / {counts[1]} test tasks ({done - started:.1f} s: "
+            f"fetch {fetched - started:.1f} s, mutants {mutants - fetched:.1f} s "
+            f"[{built.origin}], task trees {done - mutants:.1f} s)"
+        )
+        if write_shipped:
+            lines[-1] += f"; wrote {write(built)}"
         print(lines[-1], flush=True)
     return lines
 
@@ -126,9 +160,21 @@ def main(argv: list[str] | None = None) -> int:
         help="fetch VT-SWE-v0's default repositories into the task cache and build their tasks",
     )  # fmt: skip
     parser.add_argument("--repos", nargs="+", help="with --defaults: only these of them")
+    parser.add_argument(
+        "--validate", action="store_true",
+        help="with --defaults: run the tests on every candidate mutant (minutes) instead of "
+        "reading the cached or shipped validated mutants",
+    )  # fmt: skip
+    parser.add_argument(
+        "--write-shipped", action="store_true",
+        help="with --defaults: write each repository's mutants as its shipped validated list "
+        "(vt_envs/assets/swe/validated-*.json); regenerate them with --validate",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if (args.validate or args.write_shipped or args.repos) and not args.defaults:
+        parser.error("--repos, --validate and --write-shipped go with --defaults")
     if args.defaults:
-        fetch_defaults(args.repos)
+        fetch_defaults(args.repos, validate=args.validate, write_shipped=args.write_shipped)
     elif not args.requirements or args.out is None:
         parser.error("give REQUIREMENT... --out DIR, or --defaults")
     for requirement in args.requirements:

@@ -6,7 +6,9 @@ its pytest tests) into a seeded task source: the mutants its tests catch
 function into train and a fixed held-out test split, each materialized in
 the task cache (:func:`~vt_envs.domains.swe.tasks.materialize`). The list of
 kept mutants is cached as JSON, keyed by a digest of the repository's files,
-the seed and :data:`GENERATOR_VERSION`, so later envs start in milliseconds.
+the seed and :data:`GENERATOR_VERSION`, so later envs start in milliseconds. A
+repository whose files are a default one's pinned release skips the validation
+(minutes) by reading its shipped validated list (:mod:`~vt_envs.domains.swe.validated`).
 
 The default repository is ``vtutils``, shipped with VT (``vt_envs/assets/swe``):
 a small tested library of interval, text, statistics and container helpers.
@@ -30,9 +32,17 @@ from vt_envs.domains.swe.env import with_layout
 from vt_envs.domains.swe.mutants import MutantTask, build_tasks, split_tasks
 from vt_envs.domains.swe.mutations import Mutation
 from vt_envs.domains.swe.tasks import materialize, swe_cache_dir
+from vt_envs.domains.swe.validated import find_shipped
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["BUILTIN_REPO", "GENERATOR_VERSION", "BuildLimits", "repository_tasks"]
+__all__ = [
+    "BUILTIN_REPO",
+    "GENERATOR_VERSION",
+    "BuildLimits",
+    "RepositoryMutants",
+    "repository_mutants",
+    "repository_tasks",
+]
 
 #: Bump when the mutation kinds, the validation rule, the issue text or the task layout
 #: change (3: issue texts name no test; 4: bounded builds, validation narrowed to the
@@ -73,39 +83,44 @@ def _from_json(data: dict) -> MutantTask:
     )
 
 
-def _listing(repo: Path, name: str, sources: list[str], tests: list[str], seed: int,
-             limits: BuildLimits, cache: Path) -> Path:  # fmt: skip
-    key = _digest(repo, [*sources, *tests])
+def _listing(name: str, key: str, seed: int, limits: BuildLimits, cache: Path) -> Path:
     bounds = f"max{limits.max_tasks}"
     if limits != BuildLimits(max_tasks=limits.max_tasks):  # vtutils' listing keeps its name
         bounds += f"-fn{limits.max_per_function}-runs{limits.max_runs}-n{int(limits.narrow_tests)}"
     return cache / name / f"tasks-{key}-seed{seed}-{bounds}.json"
 
 
-def _built(repo: Path, name: str, sources: list[str], tests: list[str], seed: int,
-           limits: BuildLimits, cache: Path) -> list[MutantTask]:  # fmt: skip
-    listing = _listing(repo, name, sources, tests, seed, limits, cache)
-    if listing.is_file():
-        return [_from_json(t) for t in json.loads(listing.read_text())]
-    test_modules = [t for t in tests if t.rsplit("/", 1)[-1] != "conftest.py"]
-    built = build_tasks(
-        repo,
-        source_paths=sources,
-        test_paths=test_modules if limits.narrow_tests else tests,
-        seed=seed,
-        max_tasks=limits.max_tasks,
-        max_per_function=limits.max_per_function,
-        max_runs=limits.max_runs,
-        narrow_tests=limits.narrow_tests,
-        timeout_s=60.0,
-        env=_FAST,
-    )
+def _built(repo: Path, name: str, key: str, sources: list[str], tests: list[str], seed: int,
+           limits: BuildLimits, cache: Path, validate: bool) -> tuple[list, str]:  # fmt: skip
+    """The kept mutants and where they came from: ``"cache"``, ``"shipped"`` or
+    ``"validated"`` (``validate``: always)."""
+    listing = _listing(name, key, seed, limits, cache)
+    if listing.is_file() and not validate:
+        return [_from_json(t) for t in json.loads(listing.read_text())], "cache"
+    built, origin = None, "shipped"
+    if not validate:
+        built = find_shipped(name, repo=repo, key=key, seed=seed, limits=limits)
+    if built is None:
+        test_modules = [t for t in tests if t.rsplit("/", 1)[-1] != "conftest.py"]
+        origin = "validated"
+        built = build_tasks(
+            repo,
+            source_paths=sources,
+            test_paths=test_modules if limits.narrow_tests else tests,
+            seed=seed,
+            max_tasks=limits.max_tasks,
+            max_per_function=limits.max_per_function,
+            max_runs=limits.max_runs,
+            narrow_tests=limits.narrow_tests,
+            timeout_s=60.0,
+            env=_FAST,
+        )
     listing.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(dir=listing.parent, prefix=".tasks-")
     with os.fdopen(fd, "w") as f:
         json.dump([_to_json(t) for t in built], f)
     os.replace(temp, listing)
-    return built
+    return built, origin
 
 
 @dataclass(frozen=True)
@@ -125,36 +140,43 @@ class BuildLimits:
     narrow_tests: bool = False
 
 
-def repository_tasks(
-    split: str = "train",
+@dataclass(frozen=True)
+class RepositoryMutants:
+    """A repository's kept mutants (:func:`repository_mutants`).
+
+    Attributes:
+        name: the repository's name in task ids and the cache.
+        snapshot: the private copy of the repository the tasks are built from.
+        key: the digest of its files and :data:`GENERATOR_VERSION` (the cache's key).
+        seed, limits: what the build ran with.
+        mutants: the mutants its tests catch, in the builder's order.
+        origin: ``"cache"``, ``"shipped"`` (a shipped validated list,
+            :mod:`~vt_envs.domains.swe.validated`) or ``"validated"`` (its tests ran).
+    """
+
+    name: str
+    snapshot: Path
+    key: str
+    seed: int
+    limits: BuildLimits
+    mutants: list[MutantTask]
+    origin: str
+
+
+def repository_mutants(
     *,
     repo: str | os.PathLike[str] | None = None,
     name: str | None = None,
     source_dir: str | None = None,
     test_dir: str = "tests",
     seed: int = 0,
-    max_tasks: int | None = 60,
-    test_fraction: float = 0.2,
-    cache: str | os.PathLike[str] | None = None,
     limits: BuildLimits | None = None,
-) -> TaskList:
-    """The ``split`` of ``repo``'s mutant tasks (default: the built-in ``vtutils``).
-
-    Args:
-        repo: a directory holding a package (``source_dir``, default the
-            directory named like the repository, its version dropped, at the top or
-            under ``src/``) and its tests (``test_dir``, at the top or inside the
-            package).
-        name: the tasks' name in ids and the cache (default: the package's).
-        seed: orders the candidate mutants (and so which are kept).
-        max_tasks: at most this many mutants are validated into tasks.
-        test_fraction: the share of mutated functions held out.
-        cache: the task cache (default :func:`swe_cache_dir`).
-        limits: bounds on the build (default: ``max_tasks`` kept, nothing else
-            bounded); ``max_tasks`` is ignored when it is given.
-    """
-    if split not in ("train", "test"):
-        raise InvalidConfigError(f"split must be 'train' or 'test', got {split!r}")
+    cache: str | os.PathLike[str] | None = None,
+    validate: bool = False,
+) -> RepositoryMutants:
+    """The mutants of ``repo`` its tests catch (see :func:`repository_tasks` for the
+    arguments): from the cache, else from a shipped validated list whose key is the
+    repository's, else validated (minutes); ``validate``: validated, whatever is cached."""
     root = Path(repo) if repo is not None else BUILTIN_REPO
     package = source_dir or _find_package(root)
     if not (root / test_dir).is_dir() and (root / package / test_dir).is_dir():
@@ -182,19 +204,62 @@ def repository_tasks(
         except OSError:  # another process made it first
             pass
         shutil.rmtree(staging, ignore_errors=True)
-    limits = limits or BuildLimits(max_tasks=max_tasks)
-    built = _built(snapshot, name, sources, tests, seed, limits, cache_root)
+    limits = limits or BuildLimits()
+    built, origin = _built(snapshot, name, key, sources, tests, seed, limits, cache_root, validate)
     if not built:
         raise InvalidConfigError(f"no mutant of {str(root)!r} is caught by its tests")
-    train, test = split_tasks(built, test_fraction=test_fraction, seed=seed)
+    return RepositoryMutants(name, snapshot, key, seed, limits, built, origin)
+
+
+def repository_tasks(
+    split: str = "train",
+    *,
+    repo: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    source_dir: str | None = None,
+    test_dir: str = "tests",
+    seed: int = 0,
+    max_tasks: int | None = 60,
+    test_fraction: float = 0.2,
+    cache: str | os.PathLike[str] | None = None,
+    limits: BuildLimits | None = None,
+    validate: bool = False,
+) -> TaskList:
+    """The ``split`` of ``repo``'s mutant tasks (default: the built-in ``vtutils``).
+
+    Args:
+        repo: a directory holding a package (``source_dir``, default the
+            directory named like the repository, its version dropped, at the top or
+            under ``src/``) and its tests (``test_dir``, at the top or inside the
+            package).
+        name: the tasks' name in ids and the cache (default: the package's).
+        seed: orders the candidate mutants (and so which are kept).
+        max_tasks: at most this many mutants are validated into tasks.
+        test_fraction: the share of mutated functions held out.
+        cache: the task cache (default :func:`swe_cache_dir`).
+        limits: bounds on the build (default: ``max_tasks`` kept, nothing else
+            bounded); ``max_tasks`` is ignored when it is given.
+        validate: run the tests on every candidate even where the cache or a shipped
+            validated list (:mod:`~vt_envs.domains.swe.validated`) already holds the result.
+    """
+    if split not in ("train", "test"):
+        raise InvalidConfigError(f"split must be 'train' or 'test', got {split!r}")
+    built = repository_mutants(
+        repo=repo, name=name, source_dir=source_dir, test_dir=test_dir, seed=seed,
+        limits=limits or BuildLimits(max_tasks=max_tasks), cache=cache, validate=validate,
+    )  # fmt: skip
+    cache_root = Path(cache) if cache is not None else swe_cache_dir()
+    train, test = split_tasks(built.mutants, test_fraction=test_fraction, seed=seed)
     chosen = train if split == "train" else test
     tasks = [
         with_layout(
-            materialize(snapshot, t, name=name, split=split, cache=cache_root, test_env=_FAST)
+            materialize(
+                built.snapshot, t, name=built.name, split=split, cache=cache_root, test_env=_FAST
+            )
         )
         for t in chosen
     ]
-    return TaskList(tasks, name=f"swe/{name}", split=split)
+    return TaskList(tasks, name=f"swe/{built.name}", split=split)
 
 
 def _find_package(root: Path) -> str:
