@@ -1,4 +1,4 @@
-"""ToolEnv: the episode contract of DESIGN 2.1 (rewards, budgets, info, errors)."""
+"""ToolEnv: the episode contract (rewards, budgets, info, errors)."""
 
 from __future__ import annotations
 

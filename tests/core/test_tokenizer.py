@@ -1,4 +1,4 @@
-"""Tests for vt_envs.core.tokenizer: the shipped tokenizer and token-in/token-out (DESIGN 2.2)."""
+"""Tests for vt_envs.core.tokenizer: the shipped tokenizer and token-in/token-out."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def test_chat_observation_needs_the_history(vt: ChatTokenizer) -> None:
         ObservationEncoder(vt).encode_observation("4", action_ended_with_eos=False)
 
 
-# -- the property of DESIGN 2.2 ----------------------------------------------
+# -- the token-in / token-out property ------------------------------------
 
 # An action is (text, ended_with_eos); a turn is an action and its observation.
 turn = st.tuples(unicode_text, st.booleans(), unicode_text)

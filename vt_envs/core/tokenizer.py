@@ -1,4 +1,4 @@
-"""Tokenization, token-in / token-out (DESIGN 2.2).
+"""Tokenization, token-in / token-out.
 
 The env turns everything *between* two actions into token ids; the policy's
 generated ids are never re-tokenized. Two pieces live here:

@@ -1,4 +1,4 @@
-"""Fail-closed sandbox for model-written Python and bash (DESIGN.md 2.5).
+"""Fail-closed sandbox for model-written Python and bash.
 
 - :mod:`~vt_envs.sandbox.policy`: limits and isolation names (:class:`SandboxPolicy`).
 - :mod:`~vt_envs.sandbox.isolation`: picking and composing the layers; fails closed.
