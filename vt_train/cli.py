@@ -100,14 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "args", nargs="*", help="recipe (for sft/check), run dir (resume), key=value"
     )
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module or .py file to import first (registers advantages, losses, presets, "
-        "env ids); recorded in the run's config.yaml; repeatable",
+    from vt_envs.core.plugins import add_import_argument
+
+    add_import_argument(
+        parser, "advantages, losses, presets, env ids; recorded in the run's config.yaml"
     )
     check = parser.add_argument_group("check")
     check.add_argument("--dry-run", action="store_true", help="run one step on the CPU")

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vt_envs.core.plugins import add_import_argument
 from vt_envs.errors import InvalidConfigError
 
 __all__ = ["add_arguments", "main", "parse_env_kwargs"]
@@ -65,14 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="directory for the results")
     parser.add_argument("--resume", type=Path, default=None, help="finish the evaluation in DIR")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module or .py file to import first (registers its envs); repeatable",
-    )
+    add_import_argument(parser, "env ids; recorded for --resume")
 
 
 def parse_env_kwargs(values: list[str]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["import_plugin", "import_plugins", "load_attr"]
+__all__ = ["add_import_argument", "import_plugin", "import_plugins", "load_attr"]
 
 
 def _is_file(spec: str) -> bool:
@@ -84,6 +84,19 @@ def import_plugins(specs: Iterable[str]) -> list[str]:
     if isinstance(specs, str):
         raise InvalidConfigError(f"imports must be a list of modules or files, got {specs!r}")
     return [import_plugin(str(spec))[1] for spec in specs]
+
+
+def add_import_argument(parser: Any, registers: str) -> None:
+    """Add the repeatable ``--import MODULE`` option (into ``args.imports``) to an
+    argparse parser; ``registers`` says what the user's module may register."""
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help=f"a module or .py file to import first (registers {registers}); repeatable",
+    )
 
 
 def load_attr(reference: str) -> Any:
