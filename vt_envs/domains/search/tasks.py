@@ -35,9 +35,9 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from vt_envs.core.task import Task, TaskList
 from vt_envs.domains.search.bridges import BRIDGE_KINDS, Bridges, bridge_tasks
@@ -68,6 +68,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 TASK_KINDS = ("masked_subject", "year_cloze", *BRIDGE_KINDS)
 #: Bumped whenever generation changes, so cached filters are rebuilt.
@@ -193,26 +194,40 @@ def _kept_ids(candidates: Sequence[Candidate], retriever: Retriever, split: str)
     filters = _filter_retrievers(retriever)
     names = "+".join(sorted(r.name for r in filters))
     parts = (corpus.content_hash, names, split, f"k{FILTER_K}", f"v{GENERATOR_VERSION}")
+
+    def compute() -> list[str]:
+        ok = [True] * len(mine)
+        for r in filters:
+            ok = [a and b for a, b in zip(ok, retrievable(mine, r, FILTER_K))]
+        return [c.id for c, good in zip(mine, ok) if good]
+
+    def read(kept: Any) -> list[str]:
+        if isinstance(kept, list) and all(isinstance(i, str) for i in kept):
+            return kept
+        raise TypeError("not a list of task ids")
+
+    return set(_cached_json("kept_ids", parts, compute, read))
+
+
+def _cached_json(
+    what: str, parts: Sequence[str], compute: Callable[[], Any], read: Callable[[Any], T]
+) -> T:
+    """``read`` of the JSON cached under ``$VT_CACHE_DIR/search/tasks`` for ``parts``;
+    if missing, unsealed or unreadable (a warning says why): ``compute()``, cached."""
     path = cache_dir() / "tasks" / f"{cache_key(*parts)}.json"
-    key = {"kept_ids": list(parts)}
+    key = {what: list(parts)}
     if path.is_file():
         reason = unsealed(manifest_of(path), [path], key)
         if reason is None:
             try:
-                kept = json.loads(path.read_text())
-                if isinstance(kept, list) and all(isinstance(i, str) for i in kept):
-                    return set(kept)
-                reason = "it is not a list of task ids"
-            except (ValueError, TypeError) as exc:
+                return read(json.loads(path.read_text()))
+            except (ValueError, TypeError, KeyError) as exc:
                 reason = f"it is unreadable ({exc})"
-        logger.warning("the cached task ids %s cannot be used: %s; recomputing", path, reason)
+        logger.warning("the cached search %s %s cannot be used: %s", what, path, reason)
         path.unlink(missing_ok=True)
-    ok = [True] * len(mine)
-    for r in filters:
-        ok = [a and b for a, b in zip(ok, retrievable(mine, r, FILTER_K))]
-    kept = [c.id for c, good in zip(mine, ok) if good]
-    publish(path, lambda tmp: tmp.write_text(json.dumps(kept)), key, lambda tmp: None)
-    return set(kept)
+    data = compute()
+    publish(path, lambda tmp: tmp.write_text(json.dumps(data)), key, lambda tmp: None)
+    return read(data)
 
 
 def to_task(candidate: Candidate, corpus: Corpus) -> Task:
@@ -268,21 +283,12 @@ def _all_candidates(corpus: Corpus) -> list[Candidate]:
 
 def _cached_candidates(corpus: Corpus) -> list[Candidate]:
     parts = (corpus.content_hash, "candidates", f"v{GENERATOR_VERSION}")
-    path = cache_dir() / "tasks" / f"{cache_key(*parts)}.json"
-    key = {"candidates": list(parts)}
-    if path.is_file():
-        reason = unsealed(manifest_of(path), [path], key)
-        if reason is None:
-            try:
-                return [_candidate_from_json(c) for c in json.loads(path.read_text())]
-            except (ValueError, TypeError, KeyError) as exc:
-                reason = f"it is unreadable ({exc})"
-        logger.warning("the cached search candidates %s cannot be used: %s", path, reason)
-        path.unlink(missing_ok=True)
-    found = candidate_tasks(corpus)
-    rows = [dataclasses.asdict(c) for c in found]
-    publish(path, lambda tmp: tmp.write_text(json.dumps(rows)), key, lambda tmp: None)
-    return found
+    return _cached_json(
+        "candidates",
+        parts,
+        lambda: [dataclasses.asdict(c) for c in candidate_tasks(corpus)],
+        lambda rows: [_candidate_from_json(row) for row in rows],
+    )
 
 
 def _candidate_from_json(row: dict) -> Candidate:
