@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
+
+from vt_envs.errors import console_main
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "eval": (
@@ -126,5 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     return int(importlib.import_module(COMMANDS[top.command][0]).main(args) or 0)
 
 
+#: The ``vt-bench`` console script: user errors in one line, exit 2 (``--debug``: traceback).
+console = console_main("vt-bench", main)
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

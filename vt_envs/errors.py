@@ -10,7 +10,9 @@ they become observations and are counted in ``info``.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
     "AsyncContextError",
@@ -29,6 +31,7 @@ __all__ = [
     "UnknownTaskError",
     "UnknownToolError",
     "VTError",
+    "console_main",
     "did_you_mean",
 ]
 
@@ -175,3 +178,27 @@ class SandboxUnavailableError(VTError, RuntimeError):
 
 class DatasetFormatError(VTError, ValueError):
     """Raised when a dataset file lacks the fields a loader was told to read."""
+
+
+def console_main(prog: str, main: Callable[[list[str]], int | None]) -> Callable[[], None]:
+    """A console-script entry point around ``main(argv)``: a user error (a
+    :class:`VTError`: bad config key, unknown id, missing model, unreachable
+    endpoint) prints one line, ``PROG: error: ...``, and exits 2; ``--debug`` (or
+    ``VT_DEBUG=1``) lets the traceback through. ``main`` itself keeps raising, for
+    callers that want the exception."""
+
+    def run(argv: Sequence[str] | None = None) -> None:
+        args = list(sys.argv[1:] if argv is None else argv)
+        debug = "--debug" in args or os.environ.get("VT_DEBUG", "") not in ("", "0")
+        args = [a for a in args if a != "--debug"]
+        try:
+            code = main(args)
+        except VTError as error:
+            if debug:
+                raise
+            message = " ".join(str(error).split())
+            print(f"{prog}: error: {message} (--debug shows the traceback)", file=sys.stderr)
+            sys.exit(2)
+        sys.exit(int(code or 0))
+
+    return run

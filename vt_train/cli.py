@@ -28,6 +28,8 @@ from pathlib import Path
 
 import yaml
 
+from vt_envs.errors import console_main
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -130,5 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _rl(head, rest, ns.imports)
 
 
+#: The ``vt-train`` console script: user errors in one line, exit 2 (``--debug``: traceback).
+console = console_main("vt-train", main)
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vt_envs.errors import InvalidConfigError, console_main
+
 __all__ = ["bounded_protocol", "main", "serve_worker"]
 
 TOKEN_ENV = "VT_TOOL_SERVER_TOKEN"
@@ -65,34 +67,30 @@ def _loopback(host: str) -> bool:
 def _token(args: argparse.Namespace) -> str | None:
     if args.token_file:
         path = Path(args.token_file)
+        if not path.is_file():
+            raise InvalidConfigError(f"the token file {path} does not exist")
         if path.stat().st_mode & 0o077:
-            raise SystemExit(
-                f"vt-tool-server: {path} is readable by other users; `chmod 600 {path}`"
-            )
+            raise InvalidConfigError(f"{path} is readable by other users; `chmod 600 {path}`")
         token = path.read_text().strip()
         if not token:
-            raise SystemExit(f"vt-tool-server: {path} is empty")
+            raise InvalidConfigError(f"{path} is empty")
         return token
     return os.environ.get(TOKEN_ENV) or None
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from vt_envs.errors import InvalidConfigError
     from vt_envs.server.config import ServerConfig
 
-    try:
-        if args.config:
-            if args.env:
-                raise InvalidConfigError("give --config or --env, not both")
-            config = ServerConfig.load(args.config)
-        else:
-            config = ServerConfig.build(args.env or None, imports=args.imports)
-        given = {name: getattr(args, name) for name in _LIMIT_FLAGS}
-        given = {k: v for k, v in given.items() if v is not None}
-        if given:  # flags override the file's limits
-            config = dataclasses.replace(config, limits=dataclasses.replace(config.limits, **given))
-    except InvalidConfigError as exc:
-        raise SystemExit(f"vt-tool-server: {exc}") from None
+    if args.config:
+        if args.env:
+            raise InvalidConfigError("give --config or --env, not both")
+        config = ServerConfig.load(args.config)
+    else:
+        config = ServerConfig.build(args.env or None, imports=args.imports)
+    given = {name: getattr(args, name) for name in _LIMIT_FLAGS}
+    given = {k: v for k, v in given.items() if v is not None}
+    if given:  # flags override the file's limits
+        config = dataclasses.replace(config, limits=dataclasses.replace(config.limits, **given))
     return config
 
 
@@ -227,20 +225,18 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     token = _token(args)
     if token and args.insecure_no_token:
-        raise SystemExit("vt-tool-server: a token is set; drop --insecure-no-token")
+        raise InvalidConfigError("a token is set; drop --insecure-no-token")
     if not token and not args.insecure_no_token:
-        raise SystemExit(
-            f"vt-tool-server: a token is required (clients send it as a bearer token): set "
+        raise InvalidConfigError(
+            f"a token is required (clients send it as a bearer token): set "
             f'{TOKEN_ENV}, e.g. `export {TOKEN_ENV}=$(python -c "import secrets; '
             f"print(secrets.token_hex(16))\")`, in the server's and the clients' environment, "
             "or pass --token-file; --insecure-no-token serves without one on loopback"
         )
     if args.insecure_no_token and not _loopback(args.host):
-        raise SystemExit(
-            f"vt-tool-server: --insecure-no-token binds loopback only, not {args.host}"
-        )
+        raise InvalidConfigError(f"--insecure-no-token binds loopback only, not {args.host}")
     if args.workers < 1:
-        raise SystemExit(f"vt-tool-server: --workers must be >= 1, got {args.workers}")
+        raise InvalidConfigError(f"--workers must be >= 1, got {args.workers}")
     _config(args)  # refuse a bad config here, before any worker starts
     if args.insecure_no_token and args.worker_index is None:
         print("vt-tool-server: WARNING: serving without a token: every local user can run "
@@ -292,5 +288,9 @@ def _supervise(args: argparse.Namespace, argv: list[str], urls: list[str]) -> in
     return 0
 
 
+#: The ``vt-tool-server`` console script: user errors in one line, exit 2 (``--debug``:
+#: traceback).
+console = console_main("vt-tool-server", main)
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    console()

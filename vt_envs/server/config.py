@@ -235,7 +235,13 @@ class ServerConfig:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ServerConfig:
         """Read a config file (YAML if its name ends in ``.yaml``/``.yml``, else JSON)."""
-        text = Path(path).read_text()
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise InvalidConfigError(
+                f"cannot read the server config {str(path)!r} ({exc.strerror}); give the path "
+                "of a YAML or JSON file (see docs: the operator's config)"
+            ) from exc
         if str(path).endswith((".yaml", ".yml")):
             try:
                 import yaml
