@@ -11,6 +11,7 @@
 ``vt_envs`` imports without torch, vLLM or DeepSpeed.
 """
 
+from vt_envs.checker import check
 from vt_envs.core.env import RewardConfig, ToolEnv
 from vt_envs.core.parser import ActionParser, ParseResult, ToolCall
 from vt_envs.core.policy import EpisodeResult, OraclePolicy, Policy, arun_episode, run_episode
@@ -59,6 +60,7 @@ __all__ = [
     "__version__",
     "arun_episode",
     "baseline_for",
+    "check",
     "env_builder",
     "load_tokenizer",
     "make",
