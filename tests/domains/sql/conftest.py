@@ -4,7 +4,6 @@ and a tiny Spider-format dataset."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from pathlib import Path
 
@@ -13,23 +12,24 @@ import pytest
 
 @pytest.fixture(scope="session")
 def sql_cache(tmp_path_factory: pytest.TempPathFactory):
-    """A session-wide VT_CACHE_DIR, so tests build the databases once and never
-    touch the user's cache."""
-    path = tmp_path_factory.mktemp("vt_cache")
-    old = os.environ.get("VT_CACHE_DIR")
-    os.environ["VT_CACHE_DIR"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("VT_CACHE_DIR", None)
-    else:
-        os.environ["VT_CACHE_DIR"] = old
+    """A session-wide cache dir for the SQL tests, so they build the databases once and
+    never touch the user's cache; it is ``VT_CACHE_DIR`` only while a SQL test runs
+    (:func:`_sql_cache_env`), so later tests keep their own cache."""
+    return tmp_path_factory.mktemp("vt_cache")
+
+
+@pytest.fixture(autouse=True)
+def _sql_cache_env(sql_cache, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VT_CACHE_DIR", str(sql_cache))
 
 
 @pytest.fixture(scope="session")
 def db_paths(sql_cache) -> dict[str, Path]:
     from vt_envs.domains.sql.databases import EMBEDDED_DATABASES, database_path
 
-    return {name: database_path(name) for name in EMBEDDED_DATABASES}
+    with pytest.MonkeyPatch.context() as patch:  # session fixtures run before autouse ones
+        patch.setenv("VT_CACHE_DIR", str(sql_cache))
+        return {name: database_path(name) for name in EMBEDDED_DATABASES}
 
 
 def make_spider_fixture(root: Path) -> dict[str, str]:
