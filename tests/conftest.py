@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -14,6 +15,19 @@ from env_helpers import EchoTool
 from vt_envs.core.task import Task, TaskList
 
 SANDBOX_ENV_ID = "VTTest/Sandbox-v0"
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_rendezvous():
+    """An in-process trainer fills in MASTER_PORT and the rest (``init_distributed_env``);
+    left in ``os.environ`` they reach every later subprocess, whose single-process
+    trainer then binds a port long since reused (EADDRINUSE). Drop what a test set."""
+    before = dict(os.environ)
+    yield
+    ds_engine = sys.modules.get("vt_train.ds_engine")
+    for key in getattr(ds_engine, "RENDEZVOUS_VARS", ()):
+        if key not in before:
+            os.environ.pop(key, None)
 
 
 @pytest.fixture

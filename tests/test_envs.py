@@ -52,7 +52,8 @@ def test_oracle_solves_every_sampled_task(env_id, split):
     oracle = vt_envs.oracle_for(env_id)
     results = [vt_envs.run_episode(env, oracle, seed=s) for s in range(ORACLE_EPISODES)]
     env.close()
-    assert [r.reward for r in results] == [1.0] * ORACLE_EPISODES
+    failed = {r.task_id: r.infos[-1] for r in results if r.reward != 1.0}
+    assert not failed, failed  # the last step's info says why (verifier_parts)
     assert all(r.terminated and not r.truncated for r in results)
     assert all(isinstance(t, int) for t in results[0].tokens)
     assert np.all(np.array(results[0].tokens) < env.unwrapped.tokenizer.vocab_size)

@@ -136,6 +136,8 @@ def test_module_attr_names_an_estimator_and_a_missing_plugin_is_a_typed_error(
         "    return rewards[:, None] * mask * 0, rewards[:, None] * mask * 0\n"
     )
     monkeypatch.chdir(tmp_path)
+    # The registration must not outlive this test: other tests list the known names.
+    monkeypatch.setattr(ADVANTAGES, "_items", dict(ADVANTAGES._items))
     estimator = ADVANTAGES.get("other_ext:other_zero")  # imported from the cwd by name
     assert estimator is ADVANTAGES.get("other_zero")
     with pytest.raises(UnknownNameError, match="imports: \\[my_module\\]"):
