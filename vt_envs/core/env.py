@@ -8,160 +8,65 @@ The core is async (:meth:`ToolEnv.areset`, :meth:`ToolEnv.astep`,
 :meth:`ToolEnv.aclose`); the Gymnasium methods ``reset``/``step``/``close``
 run those coroutines on the library's long-lived event loop
 (:mod:`vt_envs.core.loop`).
+
+The episode's pieces live beside it: its state, sessions and budgets in
+:mod:`vt_envs.core.episode`, running tool calls in :mod:`vt_envs.core.tool_calls`,
+grading and shaping in :mod:`vt_envs.core.reward`, images in
+:mod:`vt_envs.core.images`, reading an action in :mod:`vt_envs.core.actions`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 import math
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
+from vt_envs.core.actions import decode_action
+from vt_envs.core.episode import (
+    Episode,
+    OpenSessions,
+    budget_exhausted,
+    release_abandoned,
+    tool_calls_left,
+    turn_limit,
+)
 from vt_envs.core.examples import WorkedExample, coerce_examples, render_examples
 from vt_envs.core.image_tokens import ImageTokens, load_image_tokens, processor_spec
-from vt_envs.core.loop import library_loop, on_library_loop, run_sync, submit
-from vt_envs.core.parser import ActionParser, ParseResult, ToolCall
+from vt_envs.core.images import (
+    BLANK_FRAME,
+    MAX_IMAGE_SIDE,
+    check_image_budget,
+    collapse_images,
+    count_image_tokens,
+    place_images,
+    public_message,
+    task_images_of,
+)
+from vt_envs.core.loop import run_sync
+from vt_envs.core.parser import ActionParser, ParseResult
 from vt_envs.core.prompt import ACTION_FORMATS, render_system_prompt
+from vt_envs.core.reward import RewardConfig, reward_parts, verify
 from vt_envs.core.spaces import ImageSequence, UnicodeText, token_sequence_space
 from vt_envs.core.task import Task, TaskSource
-from vt_envs.core.text import valid_utf8
-from vt_envs.core.tokenizer import (
-    IMAGE_MARK,
-    IMAGE_TOKEN,
-    ChatTokenizer,
-    ObservationEncoder,
-    load_tokenizer,
-)
-from vt_envs.core.tool import Tool, ToolResult, check_timeout
+from vt_envs.core.tokenizer import ChatTokenizer, ObservationEncoder, load_tokenizer
+from vt_envs.core.tool import Tool, check_timeout
+from vt_envs.core.tool_calls import cap_observation, invalid_feedback, run_calls
 from vt_envs.core.verifier import Score, Verifier
 from vt_envs.errors import EnvClosedError, InvalidConfigError, ResetNeededError
 
 __all__ = ["OBSERVATION_FORMATS", "RewardConfig", "ToolEnv"]
 
-#: What ``render()`` shows in ``rgb_array`` mode when the episode has no image (read-only).
-BLANK_FRAME = np.full((64, 64, 3), 255, dtype=np.uint8)
-BLANK_FRAME.flags.writeable = False
-
-logger = logging.getLogger(__name__)
+# The names these pieces had when they lived here, for code that imported them.
+_Episode, _OpenSessions, _release_abandoned = Episode, OpenSessions, release_abandoned
 
 OBSERVATION_FORMATS = ("chat", "inline")
 _MAX_TEXT_CHARS = 1 << 20
-#: The longest image side the observation space admits.
-MAX_IMAGE_SIDE = 8192
-
-
-@dataclass(frozen=True)
-class RewardConfig:
-    """Optional reward shaping, added to the verifier's outcome on the final step.
-
-    All terms are off by default (outcome reward only). Each one that applies
-    is reported separately in ``info["reward_parts"]``.
-
-    Attributes:
-        invalid_action_penalty: subtracted once per action the parser rejected
-            (malformed call, unknown tool, no action).
-        tool_error_penalty: subtracted once per tool call that failed (error,
-            timeout) — ToRL's penalty for non-executable code.
-        missing_answer_penalty: subtracted when the episode ends without an
-            answer (truncated by a budget).
-        max_penalty: cap on the total subtracted (so shaping never dominates
-            the outcome), ``None`` for no cap.
-    """
-
-    invalid_action_penalty: float = 0.0
-    tool_error_penalty: float = 0.0
-    missing_answer_penalty: float = 0.0
-    max_penalty: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("invalid_action_penalty", "tool_error_penalty", "missing_answer_penalty"):
-            if getattr(self, name) < 0:
-                raise InvalidConfigError(
-                    f"RewardConfig.{name} is a penalty magnitude and must be >= 0, "
-                    f"got {getattr(self, name)}; it is subtracted from the reward."
-                )
-
-
-@dataclass
-class _Episode:
-    """Mutable state of the running episode."""
-
-    task: Task
-    started: float
-    tokens: int
-    messages: list[dict[str, Any]]
-    # The episode's images in order (the task's, then each tool result's), by reference.
-    images: list[np.ndarray] = field(default_factory=list)
-    image_tokens: int = 0
-    # One lock per tool whose session takes one call at a time.
-    locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    # Tools whose session could not be recovered after a cancelled call.
-    broken: set[str] = field(default_factory=set)
-    turn: int = 0
-    tool_calls: int = 0
-    tool_errors: int = 0
-    invalid_actions: int = 0
-    done: bool = False
-
-
-class _OpenSessions:
-    """The sessions of the running episode, held apart from the env so that a
-    finalizer can close them when the env is dropped without ``close()``."""
-
-    def __init__(self, tools: Mapping[str, Tool], verifier: Any = None):
-        self.tools, self.verifier = tools, verifier
-        self.sessions: dict[str, Any] = {}
-
-    async def aclose(self) -> None:
-        sessions, self.sessions = self.sessions, {}
-        if not sessions:
-            return
-        if len(sessions) == 1:  # nothing to overlap: no task, no extra loop iteration
-            ((name, session),) = sessions.items()
-            try:
-                await self.tools[name].close_session(session)
-            except Exception as exc:
-                logger.warning("closing the %s session failed: %r", name, exc)
-            return
-        results = await asyncio.gather(
-            *(self.tools[n].close_session(s) for n, s in sessions.items()),
-            return_exceptions=True,
-        )
-        for name, result in zip(sessions, results):
-            if isinstance(result, BaseException):
-                logger.warning("closing the %s session failed: %r", name, result)
-
-    async def aclose_all(self) -> None:
-        await self.aclose()
-        closers = [tool.aclose() for tool in self.tools.values()]
-        if hasattr(self.verifier, "aclose"):
-            closers.append(self.verifier.aclose())
-        await asyncio.gather(*closers)
-
-
-# Tasks started by finalizers that ran on the loop thread (kept alive until done).
-_FINALIZING: set[asyncio.Task] = set()
-
-
-def _release_abandoned(live: _OpenSessions) -> None:
-    """Finalizer of a ToolEnv dropped without ``close()``: close what it left open."""
-    try:
-        if on_library_loop():  # cannot block here: schedule it
-            task = library_loop().create_task(live.aclose_all())
-            _FINALIZING.add(task)
-            task.add_done_callback(_FINALIZING.discard)
-        else:
-            submit(live.aclose_all()).result(timeout=30)
-    except Exception as exc:  # interpreter shutdown; the sandboxes die with the process
-        logger.debug("finalizing an abandoned env failed: %r", exc)
 
 
 class ToolEnv(gym.Env[dict, str]):
@@ -324,18 +229,7 @@ class ToolEnv(gym.Env[dict, str]):
     ):
         if task_images is not None:  # image envs can also render their latest image
             self.metadata = {**self.metadata, "render_modes": ["ansi", "rgb_array"]}
-        elif max_image_tokens is not None:
-            raise InvalidConfigError(
-                "max_image_tokens= applies to envs with images; give task_images="
-            )
-        if max_image_tokens is not None and (
-            isinstance(max_image_tokens, bool)
-            or not isinstance(max_image_tokens, int)
-            or max_image_tokens < 1
-        ):
-            raise InvalidConfigError(
-                f"max_image_tokens must be an int >= 1 or None, got {max_image_tokens!r}"
-            )
+        check_image_budget(max_image_tokens, image_env=task_images is not None)
         _check_choice("observation_format", observation_format, OBSERVATION_FORMATS)
         _check_choice("action_format", action_format, ACTION_FORMATS)
         _check_choice("render_mode", render_mode, (None, *self.metadata["render_modes"]))
@@ -435,13 +329,13 @@ class ToolEnv(gym.Env[dict, str]):
         self.observation_space = gym.spaces.Dict(spaces)
         self.action_space = UnicodeText(_MAX_TEXT_CHARS)
 
-        self._episode: _Episode | None = None
+        self._episode: Episode | None = None
         self._transcript: list[str] = []
         self._closed = False
         self._step_limit: int | None = None
-        self._live = _OpenSessions(self.tools, verifier)
+        self._live = OpenSessions(self.tools, verifier)
         # Dropped without close(): still release the sandboxes and connections.
-        self._finalizer = weakref.finalize(self, _release_abandoned, self._live)
+        self._finalizer = weakref.finalize(self, release_abandoned, self._live)
 
     # ------------------------------------------------------------------ API
 
@@ -462,27 +356,27 @@ class ToolEnv(gym.Env[dict, str]):
         if self._episode is not None:
             self._episode.done = True
         await self._live.aclose()
-        images = self._images_of(task)
+        images = task_images_of(task, self.task_images)
         messages = [
             {"role": "system", "content": self.system_prompt},
             *(dict(m) for m in self.example_messages),
-            {"role": "user", "content": _place_images(task.prompt, len(images))},
+            {"role": "user", "content": place_images(task.prompt, len(images))},
         ]
         ids, text = self.encoder.encode_prompt(messages, images=images)
-        image_tokens = self._count_image_tokens(images)
+        image_tokens = count_image_tokens(images, self.image_tokens)
         if self.max_image_tokens is not None and sum(image_tokens) > self.max_image_tokens:
             raise InvalidConfigError(
                 f"task {task.id!r} has images of {sum(image_tokens)} tokens, over "
                 f"max_image_tokens={self.max_image_tokens}; raise the budget or lower the "
                 "processor's max_pixels"
             )
-        self._live.sessions = await self._open_sessions(task, session_seed)
-        episode = _Episode(task, time.monotonic(), tokens=len(ids), messages=messages)
+        await self._live.open(task, session_seed)
+        episode = Episode(task, time.monotonic(), tokens=len(ids), messages=messages)
         episode.locks = {n: asyncio.Lock() for n, t in self.tools.items() if not t.concurrent_calls}
         episode.images, episode.image_tokens = list(images), sum(image_tokens)
         self._episode = episode
         self._transcript = [self._display(text)]
-        public = [self._public_message(m, 0) for m in messages]
+        public = [public_message(m, 0) for m in messages]
         info = self._info(parse=None, messages=public)
         if self.image_tokens is not None:
             info["image_tokens"] = image_tokens
@@ -508,7 +402,9 @@ class ToolEnv(gym.Env[dict, str]):
         """Advance one turn; see :meth:`step`."""
         episode = self._ensure_running()
         room = self.max_episode_tokens - episode.tokens
-        text, ended_with_eos, n_action_tokens = self._decode_action(action, room)
+        text, ended_with_eos, n_action_tokens = decode_action(
+            action, self.tokenizer, room, _MAX_TEXT_CHARS
+        )
         self._transcript.append(text)
         episode.turn += 1
         episode.tokens += n_action_tokens
@@ -525,20 +421,29 @@ class ToolEnv(gym.Env[dict, str]):
 
         images: list[np.ndarray] = []
         spent: str | None = None
-        if parse.kind == "tool_call" and self._tool_budget_left(episode) > 0:
-            feedback, results, images = await self._run_calls(episode, parse.calls)
+        if parse.kind == "tool_call" and tool_calls_left(episode, self.max_tool_calls) > 0:
+            feedback, results, images = await run_calls(
+                episode,
+                parse.calls,
+                tools=self.tools,
+                live=self._live,
+                max_tool_calls=self.max_tool_calls,
+                max_episode_seconds=self.max_episode_seconds,
+                cap=self._cap_observation,
+                image_env=self.image_tokens is not None,
+            )
             info_extra["tool"] = results[0]
             if len(results) > 1:
                 info_extra["tools"] = results
             spent = next((r["ends_episode"] for r in results if "ends_episode" in r), None)
         else:
             episode.invalid_actions += 1
-            feedback = self._invalid_feedback(episode, parse)
+            feedback = invalid_feedback(parse, self.max_tool_calls, self._answer_tag)
         if spent is not None:  # a tool's episode-wide limit (e.g. a disk quota) was passed
             return await self._finish(
                 parse, None, truncated=True, reason=spent, info_extra=info_extra
             )
-        image_tokens = self._count_image_tokens(images)
+        image_tokens = count_image_tokens(images, self.image_tokens)
         if (
             self.max_image_tokens is not None
             and episode.image_tokens + sum(image_tokens) > self.max_image_tokens
@@ -547,7 +452,13 @@ class ToolEnv(gym.Env[dict, str]):
                 parse, None, truncated=True, reason="max_image_tokens", info_extra=info_extra
             )
 
-        truncation = self._budget_exhausted(episode)
+        truncation = budget_exhausted(
+            episode,
+            max_turns=self.max_turns,
+            step_limit=self._step_limit,
+            max_episode_tokens=self.max_episode_tokens,
+            max_episode_seconds=self.max_episode_seconds,
+        )
         if truncation:
             return await self._finish(
                 parse, None, truncated=True, reason=truncation, info_extra=info_extra
@@ -567,7 +478,7 @@ class ToolEnv(gym.Env[dict, str]):
                 parse, None, truncated=True, reason="max_episode_tokens", info_extra=info_extra
             )
         message = {"role": self.encoder.observation_role, "content": feedback}
-        info_extra["message"] = self._public_message(message, len(episode.images))
+        info_extra["message"] = public_message(message, len(episode.images))
         episode.messages.append(message)
         episode.images += images
         episode.image_tokens += sum(image_tokens)
@@ -678,7 +589,7 @@ class ToolEnv(gym.Env[dict, str]):
         if self._closed:
             raise EnvClosedError(f"{self.name} is closed; create a new env with gym.make(...)")
 
-    def _ensure_running(self) -> _Episode:
+    def _ensure_running(self) -> Episode:
         self._ensure_open()
         if self._episode is None or self._episode.done:
             state = "before reset()" if self._episode is None else "after the episode ended"
@@ -697,222 +608,22 @@ class ToolEnv(gym.Env[dict, str]):
             return self.tasks.get(str(options["task_id"]))
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
-    async def _open_sessions(self, task: Task, seed: int) -> dict[str, Any]:
-        """Open every tool's session; on a failure or a cancellation, close the opened ones."""
-        if len(self.tools) == 1:  # nothing to overlap: no task, no extra loop iteration
-            ((name, tool),) = self.tools.items()
-            return {name: await tool.open_session(task, seed=seed)}
-        opening = {
-            name: asyncio.ensure_future(tool.open_session(task, seed=seed))
-            for name, tool in self.tools.items()
-        }
-        try:
-            if opening:
-                await asyncio.wait(opening.values())
-        except BaseException:  # the reset was cancelled: no sandbox may outlive it
-            for pending in opening.values():
-                pending.cancel()
-            await asyncio.wait(opening.values(), timeout=_OPEN_UNWIND_S)
-            await self._close_opened(opening)
-            raise
-        failures = [t.exception() for t in opening.values() if t.exception() is not None]
-        if failures:
-            await self._close_opened(opening)
-            raise failures[0]
-        return {name: opened.result() for name, opened in opening.items()}
-
-    async def _close_opened(self, opening: Mapping[str, asyncio.Future]) -> None:
-        closing = _OpenSessions(self.tools)
-        closing.sessions = {
-            name: t.result()
-            for name, t in opening.items()
-            if t.done() and not t.cancelled() and t.exception() is None
-        }
-        await closing.aclose()
-
-    def _decode_action(self, action: Any, room: int) -> tuple[str, bool, int]:
-        """Return ``(text, ended_with_eos, token_count)`` of an action.
-
-        Token ids are decoded (and counted as given). A text action is encoded
-        only to count it against the token budget; training always uses the
-        ids the policy generated, never these.
-
-        ``room``: the tokens left in ``max_episode_tokens``. An action that
-        does not fit is counted as ``room + 1`` tokens (text: without being
-        encoded when it is provably too long, see
-        :meth:`ChatTokenizer.count_up_to`) and only its first
-        ``_MAX_TEXT_CHARS`` characters (ids: its first ``room + 1`` ids) are
-        kept, for the transcript: it ends the episode unparsed.
-        """
-        eos = self.tokenizer.eos_token
-        room = max(0, room)
-        if isinstance(action, str):
-            action = valid_utf8(action)  # (a lone surrogate would crash the tokenizer)
-            count = self.tokenizer.count_up_to(action, room)
-            ended = action.endswith(eos)
-            if count > room:
-                action = action[:_MAX_TEXT_CHARS]
-            return action, ended, count
-        ids = np.asarray(action)
-        if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
-            raise TypeError(
-                f"action must be a str or a 1-D sequence of token ids, got {type(action).__name__}"
-                f" with shape {ids.shape} and dtype {ids.dtype}"
-            )
-        ended = bool(len(ids)) and int(ids[-1]) == self.tokenizer.eos_token_id
-        count = min(len(ids), room + 1)  # (over the room: decoded no further than that)
-        return self.tokenizer.decode(ids[:count].tolist()), ended, count
-
-    def _tool_budget_left(self, episode: _Episode) -> int:
-        if self.max_tool_calls is None:
-            return 1 << 30
-        return self.max_tool_calls - episode.tool_calls
-
-    def _invalid_feedback(self, episode: _Episode, parse: ParseResult) -> str:
-        if parse.kind == "tool_call":  # a valid call, but the tool budget is spent
-            return (
-                f"You have used all {self.max_tool_calls} tool calls. "
-                f"Give your final answer now with <{self._answer_tag}>...</{self._answer_tag}>."
-            )
-        # The parser's message may quote the action: an image mark in it is not an image.
-        return (parse.message or "Invalid action.").replace(IMAGE_MARK, "")
-
-    async def _run_calls(
-        self, episode: _Episode, calls: Sequence[ToolCall]
-    ) -> tuple[str, list[dict[str, Any]], list[np.ndarray]]:
-        """Run an action's calls; return the observation text, the calls' infos and
-        (image envs) the images the results added, marked in the text where they go."""
-        calls = list(calls)[: self._tool_budget_left(episode)]
-        # Calls to different sessions overlap; calls to one session queue on its
-        # lock in the order written (asyncio.Lock is FIFO; gather starts them in order).
-        results = await asyncio.gather(*(self._run_call(episode, call) for call in calls))
-        texts, infos, images = [], [], []
-        for call, (result, latency) in zip(calls, results):
-            episode.tool_calls += 1
-            episode.tool_errors += not result.ok
-            text = self._cap_observation(result.text)
-            if self.image_tokens is not None:
-                text = text.replace(IMAGE_MARK, "")
-                for image in result.images:
-                    images.append(_frozen_image(image))
-                    text += "\n" + IMAGE_MARK
-            texts.append(text)
-            infos.append(
-                {
-                    "name": call.name,
-                    "ok": result.ok,
-                    "error": result.error,
-                    "latency_s": latency,
-                    "metrics": dict(result.metrics),
-                    **({"ends_episode": result.ends_episode} if result.ends_episode else {}),
-                }
-            )
-        return "\n".join(texts), infos, images
-
-    async def _run_call(self, episode: _Episode, call: ToolCall) -> tuple[ToolResult, float]:
-        tool = self.tools[call.name]
-        lock = episode.locks.get(call.name)
-        async with lock if lock is not None else contextlib.nullcontext():
-            if call.name in episode.broken:
-                return _unavailable(call.name), 0.0
-            timeout = tool.timeout_s
-            if self.max_episode_seconds is not None:
-                left = self.max_episode_seconds - (time.monotonic() - episode.started)
-                if left <= 0:
-                    return _out_of_time(call.name), 0.0
-                timeout = min(timeout, left)
-            start = time.monotonic()
-            result = await self._call_with_backstop(episode, tool, call, timeout)
-            return result, time.monotonic() - start
-
-    async def _call_with_backstop(
-        self, episode: _Episode, tool: Tool, call: ToolCall, timeout: float
-    ) -> ToolResult:
-        """Run one call under its deadline; the env's timer fires only at deadline + grace."""
-        session = self._live.sessions.get(call.name)
-        running = asyncio.ensure_future(tool.call(session, call.arguments, timeout_s=timeout))
-        try:
-            done, _ = await asyncio.wait({running}, timeout=timeout + tool.grace_s)
-        except BaseException:  # this step itself was cancelled: close(), Ctrl-C, step_wait
-            await _cancel_and_wait(running, tool.grace_s)
-            raise
-        if not done:
-            logger.warning(
-                "tool %s overran its %.3g s deadline by %.3g s; cancelling the call",
-                call.name,
-                timeout,
-                tool.grace_s,
-            )
-            await _cancel_and_wait(running, tool.grace_s)
-            if not (running.done() and await _recover(tool, session)):
-                episode.broken.add(call.name)
-                return _unavailable(call.name)
-            return ToolResult.failure(
-                f"Error: the {call.name} call did not finish within {timeout:.3g} s and was "
-                "stopped; its session was reset.",
-                "timeout",
-            )
-        try:
-            return running.result()
-        except (Exception, asyncio.CancelledError) as exc:  # a tool bug must not end the episode
-            logger.error("tool %s raised %r", call.name, exc, exc_info=exc)
-            return ToolResult.failure(
-                f"Error: the {call.name} tool failed ({type(exc).__name__}).", "internal_error"
-            )
-
     async def _verify(self, task: Task, answer: str) -> Score:
         """The verifier's score, under the verification deadline (overrun: 0)."""
-        if getattr(self.verifier, "inline", False):  # cheap and pure: no thread, no deadline
-            return self.verifier(task, answer)
-        averify = getattr(self.verifier, "averify", None)
-        # Off the event loop either way: a slow verifier (math-verify, SQL
-        # execution) must not stall the other episodes sharing this loop.
-        if averify is not None and getattr(self.verifier, "uses_tool_sessions", False):
-            # It may grade inside the episode's own tool sessions (SQL: the worker
-            # that already holds the episode's results), which are still open here.
-            sessions = {n: (self.tools[n], s) for n, s in self._live.sessions.items()}
-            running = asyncio.ensure_future(averify(task, answer, sessions=sessions))
-        elif averify is not None:
-            running = asyncio.ensure_future(averify(task, answer))
-        else:
-            running = asyncio.ensure_future(asyncio.to_thread(self.verifier, task, answer))
-        try:
-            done, _ = await asyncio.wait({running}, timeout=self.verify_timeout_s)
-        except BaseException:
-            running.cancel()
-            raise
-        if not done:
-            running.cancel()  # (a thread cannot be stopped; its result is ignored)
-            logger.warning("verification overran its %.3g s deadline", self.verify_timeout_s)
-            return Score(0.0, {"timeout": 1.0}, "verification timed out")
-        return running.result()
+        return await verify(
+            self.verifier,
+            task,
+            answer,
+            timeout_s=self.verify_timeout_s,
+            tools=self.tools,
+            sessions=self._live.sessions,
+        )
 
     def _cap_observation(self, text: str) -> str:
-        ids = self.tokenizer.encode_text(text)
-        if len(ids) <= self.max_observation_tokens:
-            return text
-        kept = self.tokenizer.decode(ids[: self.max_observation_tokens])
-        cut = len(ids) - self.max_observation_tokens
-        return f"{kept}\n... [output truncated: {cut} more tokens not shown]"
+        return cap_observation(text, self.tokenizer, self.max_observation_tokens)
 
     def _turn_limit(self) -> int:
-        if self._step_limit is None:
-            return self.max_turns
-        return min(self.max_turns, self._step_limit)
-
-    def _budget_exhausted(self, episode: _Episode) -> str | None:
-        if episode.turn >= self.max_turns:
-            return "max_turns"
-        if self._step_limit is not None and episode.turn >= self._step_limit:
-            return "max_episode_steps"
-        if episode.tokens >= self.max_episode_tokens:
-            return "max_episode_tokens"
-        if (
-            self.max_episode_seconds is not None
-            and time.monotonic() - episode.started >= self.max_episode_seconds
-        ):
-            return "max_episode_seconds"
-        return None
+        return turn_limit(self.max_turns, self._step_limit)
 
     async def _finish(
         self,
@@ -930,7 +641,7 @@ class ToolEnv(gym.Env[dict, str]):
             # Graded as it stands (an SWE agent's unsubmitted fix), before the sessions close.
             score = await self._verify(episode.task, "")
         await self._live.aclose()
-        parts = self._reward_parts(episode, score)
+        parts = reward_parts(self.rewards, episode, score)
         reward = float(sum(parts.values()))
         info = self._info(parse, **(info_extra or {}))
         info["reward_parts"] = parts
@@ -940,20 +651,6 @@ class ToolEnv(gym.Env[dict, str]):
             info["truncation"] = reason
         return self.empty_observation(), reward, not truncated, truncated, info
 
-    def _reward_parts(self, episode: _Episode, score: Score | None) -> dict[str, float]:
-        cfg = self.rewards
-        parts = {"outcome": float(score.value) if score is not None else 0.0}
-        penalties = {
-            "invalid_action": cfg.invalid_action_penalty * episode.invalid_actions,
-            "tool_error": cfg.tool_error_penalty * episode.tool_errors,
-            "missing_answer": cfg.missing_answer_penalty * (score is None),
-        }
-        total = sum(penalties.values())
-        if cfg.max_penalty is not None and total > cfg.max_penalty:
-            penalties = {k: v * cfg.max_penalty / total for k, v in penalties.items()}
-        parts.update({k: -v for k, v in penalties.items() if v})
-        return parts
-
     def _observation(
         self, ids: np.ndarray, text: str, images: Sequence[np.ndarray] = ()
     ) -> dict[str, Any]:
@@ -962,32 +659,9 @@ class ToolEnv(gym.Env[dict, str]):
             observation["images"] = tuple(images)
         return observation
 
-    def _images_of(self, task: Task) -> tuple[np.ndarray, ...]:
-        if self.task_images is None:
-            return ()
-        return tuple(_frozen_image(image) for image in self.task_images(task))
-
-    def _count_image_tokens(self, images: Sequence[np.ndarray]) -> list[int]:
-        if self.image_tokens is None:
-            return []
-        return [self.image_tokens.count(image) for image in images]
-
     def _display(self, text: str) -> str:
         """``text`` for the ansi transcript: each expanded image back to its placeholder."""
-        return text if self.image_tokens is None else self.image_tokens.collapse(text)
-
-    def _public_message(self, message: Mapping[str, Any], first_image: int) -> dict[str, Any]:
-        """A message as ``info`` shows it: images as parts that index the episode's images."""
-        content = str(message["content"])
-        if IMAGE_MARK not in content:
-            return dict(message)
-        parts: list[dict[str, Any]] = []
-        for k, piece in enumerate(content.split(IMAGE_MARK)):
-            if k:
-                parts.append({"type": "image", "index": first_image + k - 1})
-            if piece:
-                parts.append({"type": "text", "text": piece})
-        return {**message, "content": parts}
+        return collapse_images(text, self.image_tokens)
 
     def _info(self, parse: ParseResult | None, **extra: Any) -> dict[str, Any]:
         episode = self._episode
@@ -1006,66 +680,6 @@ class ToolEnv(gym.Env[dict, str]):
             info["episode_image_tokens"] = episode.image_tokens
         info.update(extra)
         return info
-
-
-# How long a cancelled reset waits for half-opened sessions before closing them.
-_OPEN_UNWIND_S = 15.0
-
-
-async def _cancel_and_wait(task: asyncio.Future, timeout: float) -> None:
-    """Cancel ``task`` and give it ``timeout`` seconds to unwind (kill, interrupt, reap)."""
-    task.cancel()
-    await asyncio.wait({task}, timeout=timeout)
-
-
-async def _recover(tool: Tool, session: Any) -> bool:
-    """Run the tool's recovery hook for ``session``, bounded by its grace; ``True`` on success."""
-    try:
-        await asyncio.wait_for(tool.recover_session(session), tool.grace_s)
-        return True
-    except (Exception, asyncio.TimeoutError) as exc:
-        logger.warning("recovering the %s session failed: %r", tool.name, exc)
-        return False
-
-
-def _unavailable(name: str) -> ToolResult:
-    return ToolResult.failure(
-        f"Error: the {name} tool is unavailable for the rest of this episode (an earlier "
-        "call could not be stopped).",
-        "unavailable",
-    )
-
-
-def _out_of_time(name: str) -> ToolResult:
-    return ToolResult.failure(
-        f"Error: the {name} call was not run: the episode's time budget is spent.", "timeout"
-    )
-
-
-def _place_images(prompt: str, count: int) -> str:
-    """The prompt with its first ``count`` ``<image>`` markers as image marks (and marks
-    for images beyond the markers, first); further markers stay text."""
-    prompt = prompt.replace(IMAGE_MARK, "")
-    pieces = prompt.split(IMAGE_TOKEN, count)
-    missing = count - (len(pieces) - 1)
-    head = (IMAGE_MARK + "\n") * missing
-    return head + IMAGE_MARK.join(pieces)
-
-
-def _frozen_image(image: Any) -> np.ndarray:
-    """``image`` as a read-only ``HxWx3 uint8`` array: itself if it already is one, else a
-    read-only view (no copy) or, for other dtypes and layouts, a converted copy."""
-    array = np.asarray(image)
-    if array.ndim != 3 or array.shape[2] != 3 or 0 in array.shape:
-        raise InvalidConfigError(
-            f"an image must be an HxWx3 uint8 array, got shape {array.shape} ({array.dtype})"
-        )
-    if array.dtype != np.uint8:
-        array = array.astype(np.uint8)
-    if array.flags.writeable:
-        array = array.view()
-        array.setflags(write=False)
-    return array
 
 
 def _check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
