@@ -10,7 +10,10 @@ import numpy as np
 from vt_envs.core.text import valid_utf8
 from vt_envs.core.tokenizer import ChatTokenizer
 
-__all__ = ["decode_action"]
+__all__ = ["MAX_TEXT_CHARS", "decode_action"]
+
+#: The longest text an action may be, and an observation's ``text``.
+MAX_TEXT_CHARS = 1 << 20
 
 
 def decode_action(

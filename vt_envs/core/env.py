@@ -9,17 +9,13 @@ The core is async (:meth:`ToolEnv.areset`, :meth:`ToolEnv.astep`,
 run those coroutines on the library's long-lived event loop
 (:mod:`vt_envs.core.loop`).
 
-The episode's pieces live beside it: its state, sessions and budgets in
-:mod:`vt_envs.core.episode`, running tool calls in :mod:`vt_envs.core.tool_calls`,
-grading and shaping in :mod:`vt_envs.core.reward`, images in
-:mod:`vt_envs.core.images`, reading an action in :mod:`vt_envs.core.actions`.
+Those coroutines are :class:`~vt_envs.core.env_core.ToolEnvCore`'s, which lists the
+modules that hold the episode's pieces.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
-import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -27,38 +23,22 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from vt_envs.core.actions import decode_action
-from vt_envs.core.episode import (
-    Episode,
-    OpenSessions,
-    budget_exhausted,
-    release_abandoned,
-    tool_calls_left,
-    turn_limit,
-)
+from vt_envs.core.actions import MAX_TEXT_CHARS
+from vt_envs.core.env_core import ToolEnvCore
+from vt_envs.core.episode import Episode, OpenSessions, check_budgets, release_abandoned
 from vt_envs.core.examples import WorkedExample, coerce_examples, render_examples
 from vt_envs.core.image_tokens import ImageTokens, load_image_tokens, processor_spec
-from vt_envs.core.images import (
-    BLANK_FRAME,
-    MAX_IMAGE_SIDE,
-    check_image_budget,
-    collapse_images,
-    count_image_tokens,
-    place_images,
-    public_message,
-    task_images_of,
-)
+from vt_envs.core.images import BLANK_FRAME, MAX_IMAGE_SIDE, check_image_budget
 from vt_envs.core.loop import run_sync
-from vt_envs.core.parser import ActionParser, ParseResult
+from vt_envs.core.parser import ActionParser
 from vt_envs.core.prompt import ACTION_FORMATS, render_system_prompt
-from vt_envs.core.reward import RewardConfig, reward_parts, verify
+from vt_envs.core.reward import RewardConfig
 from vt_envs.core.spaces import ImageSequence, UnicodeText, token_sequence_space
 from vt_envs.core.task import Task, TaskSource
 from vt_envs.core.tokenizer import ChatTokenizer, ObservationEncoder, load_tokenizer
 from vt_envs.core.tool import Tool, check_timeout
-from vt_envs.core.tool_calls import cap_observation, invalid_feedback, run_calls
-from vt_envs.core.verifier import Score, Verifier
-from vt_envs.errors import EnvClosedError, InvalidConfigError, ResetNeededError
+from vt_envs.core.verifier import Verifier
+from vt_envs.errors import InvalidConfigError
 
 __all__ = ["OBSERVATION_FORMATS", "RewardConfig", "ToolEnv"]
 
@@ -66,10 +46,9 @@ __all__ = ["OBSERVATION_FORMATS", "RewardConfig", "ToolEnv"]
 _Episode, _OpenSessions, _release_abandoned = Episode, OpenSessions, release_abandoned
 
 OBSERVATION_FORMATS = ("chat", "inline")
-_MAX_TEXT_CHARS = 1 << 20
 
 
-class ToolEnv(gym.Env[dict, str]):
+class ToolEnv(ToolEnvCore):
     """An episode in which an LLM agent calls tools and gives a final answer.
 
     Observation (a dict):
@@ -233,16 +212,13 @@ class ToolEnv(gym.Env[dict, str]):
         _check_choice("observation_format", observation_format, OBSERVATION_FORMATS)
         _check_choice("action_format", action_format, ACTION_FORMATS)
         _check_choice("render_mode", render_mode, (None, *self.metadata["render_modes"]))
-        for field_name, value in (
-            ("max_turns", max_turns),
-            ("max_calls_per_turn", max_calls_per_turn),
-            ("max_episode_tokens", max_episode_tokens),
-            ("max_observation_tokens", max_observation_tokens),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise InvalidConfigError(f"{field_name} must be an int >= 1, got {value!r}")
-        if max_tool_calls is not None and max_tool_calls < 0:
-            raise InvalidConfigError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
+        check_budgets(
+            max_turns=max_turns,
+            max_calls_per_turn=max_calls_per_turn,
+            max_episode_tokens=max_episode_tokens,
+            max_observation_tokens=max_observation_tokens,
+            max_tool_calls=max_tool_calls,
+        )
         # (asyncio alone waits on these, and a domain may derive them: no upper limit)
         verify_timeout_s = check_timeout(
             "verify_timeout_s", verify_timeout_s, optional=True, limit=math.inf
@@ -322,12 +298,12 @@ class ToolEnv(gym.Env[dict, str]):
 
         spaces: dict[str, gym.Space] = {
             "tokens": token_sequence_space(self.tokenizer.vocab_size),
-            "text": UnicodeText(_MAX_TEXT_CHARS),
+            "text": UnicodeText(MAX_TEXT_CHARS),
         }
         if task_images is not None:
             spaces["images"] = ImageSequence(MAX_IMAGE_SIDE)
         self.observation_space = gym.spaces.Dict(spaces)
-        self.action_space = UnicodeText(_MAX_TEXT_CHARS)
+        self.action_space = UnicodeText(MAX_TEXT_CHARS)
 
         self._episode: Episode | None = None
         self._transcript: list[str] = []
@@ -338,49 +314,6 @@ class ToolEnv(gym.Env[dict, str]):
         self._finalizer = weakref.finalize(self, release_abandoned, self._live)
 
     # ------------------------------------------------------------------ API
-
-    @property
-    def task(self) -> Task | None:
-        """The current episode's task (privileged: holds the gold; for oracles)."""
-        return self._episode.task if self._episode else None
-
-    async def areset(
-        self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Start an episode; see :meth:`reset`."""
-        self._ensure_open()
-        super().reset(seed=seed)
-        task = self._choose_task(options or {})
-        # Drawn after the task, and whatever the tools: seeding never changes the task sequence.
-        session_seed = int(self.np_random.integers(1 << 31))
-        if self._episode is not None:
-            self._episode.done = True
-        await self._live.aclose()
-        images = task_images_of(task, self.task_images)
-        messages = [
-            {"role": "system", "content": self.system_prompt},
-            *(dict(m) for m in self.example_messages),
-            {"role": "user", "content": place_images(task.prompt, len(images))},
-        ]
-        ids, text = self.encoder.encode_prompt(messages, images=images)
-        image_tokens = count_image_tokens(images, self.image_tokens)
-        if self.max_image_tokens is not None and sum(image_tokens) > self.max_image_tokens:
-            raise InvalidConfigError(
-                f"task {task.id!r} has images of {sum(image_tokens)} tokens, over "
-                f"max_image_tokens={self.max_image_tokens}; raise the budget or lower the "
-                "processor's max_pixels"
-            )
-        await self._live.open(task, session_seed)
-        episode = Episode(task, time.monotonic(), tokens=len(ids), messages=messages)
-        episode.locks = {n: asyncio.Lock() for n, t in self.tools.items() if not t.concurrent_calls}
-        episode.images, episode.image_tokens = list(images), sum(image_tokens)
-        self._episode = episode
-        self._transcript = [self._display(text)]
-        public = [public_message(m, 0) for m in messages]
-        info = self._info(parse=None, messages=public)
-        if self.image_tokens is not None:
-            info["image_tokens"] = image_tokens
-        return self._observation(ids, text, images), info
 
     def reset(
         self, *, seed: int | None = None, options: Mapping[str, Any] | None = None
@@ -395,98 +328,6 @@ class ToolEnv(gym.Env[dict, str]):
         return run_sync(
             self.areset(seed=seed, options=options), method="reset", async_method="areset"
         )
-
-    async def astep(
-        self, action: str | Sequence[int] | np.ndarray
-    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        """Advance one turn; see :meth:`step`."""
-        episode = self._ensure_running()
-        room = self.max_episode_tokens - episode.tokens
-        text, ended_with_eos, n_action_tokens = decode_action(
-            action, self.tokenizer, room, _MAX_TEXT_CHARS
-        )
-        self._transcript.append(text)
-        episode.turn += 1
-        episode.tokens += n_action_tokens
-        content = text.removesuffix(self.tokenizer.eos_token) if ended_with_eos else text
-        episode.messages.append({"role": "assistant", "content": content})
-        if n_action_tokens > room:  # it cannot fit: not parsed, not run, not graded
-            return await self._finish(None, None, truncated=True, reason="max_episode_tokens")
-        parse = self.parser.parse(text)
-        info_extra: dict[str, Any] = {}
-
-        if parse.kind == "answer":
-            score = await self._verify(episode.task, parse.answer or "")
-            return await self._finish(parse, score, truncated=False)
-
-        images: list[np.ndarray] = []
-        spent: str | None = None
-        if parse.kind == "tool_call" and tool_calls_left(episode, self.max_tool_calls) > 0:
-            feedback, results, images = await run_calls(
-                episode,
-                parse.calls,
-                tools=self.tools,
-                live=self._live,
-                max_tool_calls=self.max_tool_calls,
-                max_episode_seconds=self.max_episode_seconds,
-                cap=self._cap_observation,
-                image_env=self.image_tokens is not None,
-            )
-            info_extra["tool"] = results[0]
-            if len(results) > 1:
-                info_extra["tools"] = results
-            spent = next((r["ends_episode"] for r in results if "ends_episode" in r), None)
-        else:
-            episode.invalid_actions += 1
-            feedback = invalid_feedback(parse, self.max_tool_calls, self._answer_tag)
-        if spent is not None:  # a tool's episode-wide limit (e.g. a disk quota) was passed
-            return await self._finish(
-                parse, None, truncated=True, reason=spent, info_extra=info_extra
-            )
-        image_tokens = count_image_tokens(images, self.image_tokens)
-        if (
-            self.max_image_tokens is not None
-            and episode.image_tokens + sum(image_tokens) > self.max_image_tokens
-        ):
-            return await self._finish(
-                parse, None, truncated=True, reason="max_image_tokens", info_extra=info_extra
-            )
-
-        truncation = budget_exhausted(
-            episode,
-            max_turns=self.max_turns,
-            step_limit=self._step_limit,
-            max_episode_tokens=self.max_episode_tokens,
-            max_episode_seconds=self.max_episode_seconds,
-        )
-        if truncation:
-            return await self._finish(
-                parse, None, truncated=True, reason=truncation, info_extra=info_extra
-            )
-        if self.remind_turns_left:
-            left = self._turn_limit() - episode.turn
-            feedback += f"\n({left} turn{'s' if left != 1 else ''} left)"
-        ids, obs_text = self.encoder.encode_observation(
-            feedback,
-            history=episode.messages,
-            action_ended_with_eos=ended_with_eos,
-            images=images,
-        )
-        episode.tokens += len(ids)
-        if episode.tokens > self.max_episode_tokens:
-            return await self._finish(
-                parse, None, truncated=True, reason="max_episode_tokens", info_extra=info_extra
-            )
-        message = {"role": self.encoder.observation_role, "content": feedback}
-        info_extra["message"] = public_message(message, len(episode.images))
-        episode.messages.append(message)
-        episode.images += images
-        episode.image_tokens += sum(image_tokens)
-        if self.image_tokens is not None:
-            info_extra["image_tokens"] = image_tokens
-        self._transcript.append(self._display(obs_text))
-        observation = self._observation(ids, obs_text, images)
-        return observation, 0.0, False, False, self._info(parse, **info_extra)
 
     def step(
         self, action: str | Sequence[int] | np.ndarray
@@ -514,21 +355,6 @@ class ToolEnv(gym.Env[dict, str]):
             return BLANK_FRAME
         return None
 
-    def empty_observation(self) -> dict[str, Any]:
-        """The observation of a final step: no ids, no text, no images."""
-        return self._observation(np.zeros(0, dtype=np.int64), "")
-
-    async def aclose(self) -> None:
-        """Close open sessions and tools; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        self._finalizer.detach()
-        if self._episode is not None:
-            self._episode.done = True
-            self._episode.images = []  # a closed env holds no image (render: BLANK_FRAME)
-        await self._live.aclose_all()
-
     def close(self) -> None:
         """Release sessions and tools (see :meth:`aclose`)."""
         if self._closed:
@@ -541,35 +367,9 @@ class ToolEnv(gym.Env[dict, str]):
             f"format={self.observation_format!r}>"
         )
 
-    async def atruncate(
-        self, reason: str
-    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        """End the running episode now, truncated for ``reason`` (a budget the
-        caller keeps, such as a trainer's context limit).
-
-        Returns the final step's ``(observation, reward, terminated, truncated,
-        info)``, exactly as when one of the env's own budgets runs out: the
-        sessions are closed, shaping (``missing_answer_penalty``...) applies,
-        and ``info`` has ``reward_parts`` and ``truncation == reason``.
-        """
-        self._ensure_running()
-        return await self._finish(None, None, truncated=True, reason=reason)
-
     def truncate(self, reason: str) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         """Sync twin of :meth:`atruncate`."""
         return run_sync(self.atruncate(reason), method="truncate", async_method="atruncate")
-
-    async def _abandon_episode(self) -> None:
-        """End the running episode without a result, closing its sessions (a vector
-        env does this to a sub-env whose step raised)."""
-        if self._episode is not None:
-            self._episode.done = True
-        await self._live.aclose()
-
-    @property
-    def answer_tag(self) -> str:
-        """The tag the agent's final answer goes in (``answer``; ``submit`` on VT-SWE-v0)."""
-        return self._answer_tag
 
     # ---------------------------------------------------- Gymnasium wrappers
 
@@ -582,104 +382,6 @@ class ToolEnv(gym.Env[dict, str]):
         ``reward_parts`` as for its own budgets.
         """
         self._step_limit = max_episode_steps
-
-    # ------------------------------------------------------------ internals
-
-    def _ensure_open(self) -> None:
-        if self._closed:
-            raise EnvClosedError(f"{self.name} is closed; create a new env with gym.make(...)")
-
-    def _ensure_running(self) -> Episode:
-        self._ensure_open()
-        if self._episode is None or self._episode.done:
-            state = "before reset()" if self._episode is None else "after the episode ended"
-            raise ResetNeededError(f"step() was called {state}; call reset() to start an episode.")
-        return self._episode
-
-    def _choose_task(self, options: Mapping[str, Any]) -> Task:
-        if "task" in options:
-            task = options["task"]
-            if not isinstance(task, Task):
-                raise InvalidConfigError(
-                    f"options['task'] must be a vt_envs.Task, got {type(task).__name__}"
-                )
-            return task
-        if "task_id" in options:
-            return self.tasks.get(str(options["task_id"]))
-        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
-
-    async def _verify(self, task: Task, answer: str) -> Score:
-        """The verifier's score, under the verification deadline (overrun: 0)."""
-        return await verify(
-            self.verifier,
-            task,
-            answer,
-            timeout_s=self.verify_timeout_s,
-            tools=self.tools,
-            sessions=self._live.sessions,
-        )
-
-    def _cap_observation(self, text: str) -> str:
-        return cap_observation(text, self.tokenizer, self.max_observation_tokens)
-
-    def _turn_limit(self) -> int:
-        return turn_limit(self.max_turns, self._step_limit)
-
-    async def _finish(
-        self,
-        parse: ParseResult | None,
-        score: Score | None,
-        *,
-        truncated: bool,
-        reason: str | None = None,
-        info_extra: Mapping[str, Any] | None = None,
-    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        episode = self._episode
-        assert episode is not None
-        episode.done = True
-        if truncated and score is None and self.grade_truncated:
-            # Graded as it stands (an SWE agent's unsubmitted fix), before the sessions close.
-            score = await self._verify(episode.task, "")
-        await self._live.aclose()
-        parts = reward_parts(self.rewards, episode, score)
-        reward = float(sum(parts.values()))
-        info = self._info(parse, **(info_extra or {}))
-        info["reward_parts"] = parts
-        if score is not None:
-            info["verifier_parts"] = dict(score.parts)
-        if truncated:
-            info["truncation"] = reason
-        return self.empty_observation(), reward, not truncated, truncated, info
-
-    def _observation(
-        self, ids: np.ndarray, text: str, images: Sequence[np.ndarray] = ()
-    ) -> dict[str, Any]:
-        observation = {"tokens": np.asarray(ids, dtype=np.int64).copy(), "text": text}
-        if self.image_tokens is not None:
-            observation["images"] = tuple(images)
-        return observation
-
-    def _display(self, text: str) -> str:
-        """``text`` for the ansi transcript: each expanded image back to its placeholder."""
-        return collapse_images(text, self.image_tokens)
-
-    def _info(self, parse: ParseResult | None, **extra: Any) -> dict[str, Any]:
-        episode = self._episode
-        assert episode is not None
-        info = {
-            "task_id": episode.task.id,
-            "turn": episode.turn,
-            "parse": parse.to_info() if parse is not None else None,
-            "tool_calls": episode.tool_calls,
-            "tool_errors": episode.tool_errors,
-            "invalid_actions": episode.invalid_actions,
-            "episode_tokens": episode.tokens,
-        }
-        if self.image_tokens is not None:
-            info["image_tokens"] = []
-            info["episode_image_tokens"] = episode.image_tokens
-        info.update(extra)
-        return info
 
 
 def _check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:

@@ -17,11 +17,13 @@ import numpy as np
 from vt_envs.core.loop import library_loop, on_library_loop, submit
 from vt_envs.core.task import Task
 from vt_envs.core.tool import Tool
+from vt_envs.errors import InvalidConfigError
 
 __all__ = [
     "Episode",
     "OpenSessions",
     "budget_exhausted",
+    "check_budgets",
     "release_abandoned",
     "tool_calls_left",
     "turn_limit",
@@ -153,6 +155,28 @@ def release_abandoned(live: OpenSessions) -> None:
 
 
 # ------------------------------------------------------------------ budgets
+
+
+def check_budgets(
+    *,
+    max_turns: int,
+    max_calls_per_turn: int,
+    max_episode_tokens: int,
+    max_observation_tokens: int,
+    max_tool_calls: int | None,
+) -> None:
+    """Refuse (:class:`~vt_envs.errors.InvalidConfigError`) a count budget that is not
+    an int >= 1, or a ``max_tool_calls`` below 0 (``None``: no cap)."""
+    for field_name, value in (
+        ("max_turns", max_turns),
+        ("max_calls_per_turn", max_calls_per_turn),
+        ("max_episode_tokens", max_episode_tokens),
+        ("max_observation_tokens", max_observation_tokens),
+    ):
+        if not isinstance(value, int) or value < 1:
+            raise InvalidConfigError(f"{field_name} must be an int >= 1, got {value!r}")
+    if max_tool_calls is not None and max_tool_calls < 0:
+        raise InvalidConfigError(f"max_tool_calls must be >= 0 or None, got {max_tool_calls}")
 
 
 def turn_limit(max_turns: int, step_limit: int | None) -> int:
