@@ -42,8 +42,8 @@ def learn_twice(trainer: Trainer, trajectories: list) -> list[dict[str, float]]:
 
 def _one_engine_over_two_ranks() -> None:
     """Place as on a 2-GPU node with tensor_parallel_size=2, on this CPU."""
-    from vt_train import trainer as trainer_module
     from vt_train.placement import plan_placement
+    from vt_train.trainer import loop as trainer_module  # where Trainer looks _placement up
 
     def placement(config, device):
         plan = plan_placement(world=2, local_world=2, gpus_per_node=2, tensor_parallel=2)

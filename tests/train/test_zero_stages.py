@@ -90,7 +90,7 @@ def test_zero3_builds_models_loaded_from_a_directory_partitioned(tmp_path, traje
     whole one), and the update equals ZeRO-0's on the same weights."""
     from train_helpers import saved_tiny_model
 
-    from vt_train import trainer as trainer_module
+    from vt_train.trainer import build as trainer_module  # where _load_partitioned looks it up
 
     model = saved_tiny_model(tmp_path / "model")
     built = []
