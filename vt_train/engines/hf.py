@@ -16,7 +16,9 @@ however long, prefill together laid out as ``[padding | prefix | padding |
 rest]``: the mask is 0 on both paddings, and a row's own positions are always
 its unmasked ones. The KV cache grows in place (:class:`_GrowingLayer`): a
 decode step writes its keys and values into room left past the cache instead
-of copying the whole cache.
+of copying the whole cache. The batch and its cache live in
+:mod:`~vt_train.engines.hf_batch`, the prefills and the prefix reuse in
+:mod:`~vt_train.engines.hf_prefill`; this module queues, decodes and samples.
 
 Every row samples independently: its own temperature, top-p, stop strings,
 ``max_new_tokens`` and, if it has a seed, its own ``torch.Generator``, so a
@@ -42,12 +44,9 @@ import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from vt_envs.core.packaged_models import resolve_model
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
@@ -64,186 +63,18 @@ from ..vision import (
 )
 from .base import (
     EngineClosedError,
-    FinishReason,
     Generation,
     RolloutEngine,
     SamplingParams,
     StopChecker,
     reject_images,
 )
+from .hf_batch import _Batch, _Request, _Row
+from .hf_batch import _GrowingLayer as _GrowingLayer  # the tests import it from here
+from .hf_prefill import _Prefills
 from .prefix_cache import CachedPrefix, PrefixCache
 
 __all__ = ["HFEngine"]
-
-
-@dataclass
-class _Request:
-    prompt: list[int]
-    params: SamplingParams
-    future: asyncio.Future[Generation]
-    images: tuple[Any, ...] = ()
-    queued_at: float = field(default_factory=time.perf_counter)
-
-
-@dataclass
-class _Row:
-    """The sampling state of one request inside a batch."""
-
-    request: _Request
-    stop: StopChecker
-    generator: torch.Generator | None
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish_reason: FinishReason | None = None
-    admitted_at: float = 0.0
-    batch_size: int = 0
-    cached: int = 0  # prompt tokens whose keys and values came from the prefix cache
-
-
-@dataclass
-class _Batch:
-    """The running batch: its rows, KV cache, masks, next positions and last logits."""
-
-    rows: list[_Row]
-    cache: Any
-    attention_mask: torch.Tensor  # [B, T], 0 on left padding
-    next_position: torch.Tensor  # [B], each row's next position id
-    logits: torch.Tensor  # [B, V], the logits to sample the next tokens from
-
-    def select(self, keep: list[int]) -> _Batch:
-        index = torch.tensor(keep, device=self.attention_mask.device)
-        self.cache.batch_select_indices(index)
-        return _Batch(
-            [self.rows[i] for i in keep], self.cache, self.attention_mask[index],
-            self.next_position[index], self.logits[index],
-        )  # fmt: skip
-
-    @staticmethod
-    def concat(batches: Sequence[_Batch]) -> _Batch:
-        """One batch of all of ``batches`` (in order), in one copy: the shorter ones'
-        caches and masks are padded on the left, the caches written into buffers with
-        room to grow (:class:`_GrowingLayer`). The first one's cache object is reused."""
-        if len(batches) == 1:
-            return batches[0]
-        width = max(b.attention_mask.shape[1] for b in batches)
-        first = batches[0].cache
-        for i, layer in enumerate(first.layers):
-            parts = [b.cache.layers[i] for b in batches]
-            capacity = _capacity(width) if isinstance(layer, _GrowingLayer) else width
-            keys = _right_aligned([part.keys for part in parts], width, capacity)
-            values = _right_aligned([part.values for part in parts], width, capacity)
-            _hold(layer, keys, values, width)
-        return _Batch(
-            [row for b in batches for row in b.rows],
-            first,
-            torch.cat([_left(b.attention_mask, width) for b in batches]),
-            torch.cat([b.next_position for b in batches]),
-            torch.cat([b.logits for b in batches]),
-        )
-
-
-class _GrowingLayer(DynamicLayer):
-    """A :class:`DynamicLayer` that appends in place.
-
-    ``keys`` and ``values`` are views of the leading positions of buffers (``room``,
-    ``[B, heads, capacity, dim]``) with space past them: :meth:`update` writes the
-    new positions there. ``DynamicLayer`` concatenates instead, copying the whole
-    cache at every decode step of every layer. When the room is full, or
-    ``keys``/``values`` were replaced by other tensors (``DynamicLayer``'s crop and
-    reset, a caller's assignment), the next update copies them into new buffers a
-    quarter larger than needed. The values are the same either way.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.room: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def hold(self, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
-        """Cache the first ``length`` positions of ``keys`` and ``values``; the layer
-        owns both buffers from now on (it writes past ``length`` in place)."""
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-        self.room = (keys, values)
-        self.keys, self.values = keys[:, :, :length], values[:, :, :length]
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        length = self.get_seq_length()
-        end = length + key_states.shape[-2]
-        if not self._room_holds(end):
-            keys = key_states.new_empty(
-                (*key_states.shape[:2], _capacity(end), key_states.shape[3])
-            )
-            values = value_states.new_empty((*keys.shape[:3], value_states.shape[3]))
-            if length:
-                keys[:, :, :length], values[:, :, :length] = self.keys, self.values
-            self.room = (keys, values)
-        keys, values = self.room
-        keys[:, :, length:end], values[:, :, length:end] = key_states, value_states
-        self.keys, self.values = keys[:, :, :end], values[:, :, :end]
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep the rows ``indices``, with their room (one copy, none at the next update)."""
-        if self.room is None or not self._room_holds(self.get_seq_length()):
-            super().batch_select_indices(indices)
-            return
-        keys, values = self.room
-        self.hold(keys[indices], values[indices], self.get_seq_length())
-
-    def _room_holds(self, end: int) -> bool:
-        """Whether ``keys``/``values`` are still the leading positions of ``room`` and
-        it has ``end`` positions."""
-        if self.room is None or self.room[0].shape[2] < end:
-            return False
-        return all(
-            view.data_ptr() == buffer.data_ptr() and view.stride() == buffer.stride()
-            and view.shape[:2] == buffer.shape[:2]
-            for view, buffer in zip((self.keys, self.values), self.room)
-        )  # fmt: skip
-
-
-def _capacity(length: int) -> int:
-    """Positions to allocate for a cache of ``length``: a quarter more (at least 32),
-    so a long generation copies its cache O(log length) times, not once a token."""
-    return length + max(length // 4, 32)
-
-
-def _hold(layer: DynamicLayer, keys: torch.Tensor, values: torch.Tensor, length: int) -> None:
-    """Make ``layer`` cache the first ``length`` positions of ``keys`` and ``values``."""
-    if isinstance(layer, _GrowingLayer):
-        layer.hold(keys, values, length)
-    else:
-        layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
-        layer.keys, layer.values = keys[:, :, :length], values[:, :, :length]
-
-
-def _left(mask: torch.Tensor, width: int) -> torch.Tensor:
-    """An attention mask ``[B, T]`` zero-padded on the left up to ``width``."""
-    missing = width - mask.shape[1]
-    if missing <= 0:
-        return mask
-    return torch.cat([mask.new_zeros((mask.shape[0], missing)), mask], dim=1)
-
-
-def _right_aligned(
-    tensors: Sequence[torch.Tensor], width: int, capacity: int | None = None
-) -> torch.Tensor:
-    """``tensors`` (``[b_i, heads, t_i, dim]``) stacked on the batch dimension in one
-    new buffer ``[sum b_i, heads, capacity, dim]`` (default ``width``), each ending at
-    position ``width`` with zeros on its left; positions past ``width`` are unset."""
-    first = tensors[0]
-    rows = sum(t.shape[0] for t in tensors)
-    out = first.new_empty((rows, first.shape[1], capacity or width, first.shape[3]))
-    start = 0
-    for t in tensors:
-        stop, pad = start + t.shape[0], width - t.shape[2]
-        out[start:stop, :, :pad] = 0
-        out[start:stop, :, pad:width] = t
-        start = stop
-    return out
 
 
 def _resolve(loop: asyncio.AbstractEventLoop, future: asyncio.Future, outcome: Any) -> None:
@@ -260,7 +91,7 @@ def _resolve(loop: asyncio.AbstractEventLoop, future: asyncio.Future, outcome: A
     loop.call_soon_threadsafe(settle)
 
 
-class HFEngine(RolloutEngine):
+class HFEngine(_Prefills, RolloutEngine):
     """Batched generation with a ``transformers`` causal LM.
 
     Args:
@@ -457,133 +288,6 @@ class HFEngine(RolloutEngine):
             row.admitted_at, row.batch_size = time.perf_counter(), len(batch.rows)
         return batch
 
-    def _seed_shared_prefix(self, rows: list[_Row]) -> None:
-        """Prefill once the prefix that the prompts of ``rows`` share and no kept
-        entry covers, and keep it in the prefix cache.
-
-        A GRPO step admits ``tasks x n`` first turns together; they share the
-        system prompt and worked examples, and a group's ``n`` prompts are
-        identical. Without this, each of them prefills that prefix again.
-        """
-        assert self._prefix is not None
-        prompts = [row.request.prompt for row in rows]
-        if len(prompts) < 2:
-            return
-        shared = _common_prefix_length(prompts)
-        shared = min(shared, min(len(p) for p in prompts) - 1)  # a token left for logits
-        hit = self._prefix.lookup(prompts[0])
-        if shared < _MIN_SHARED_PREFIX or (hit is not None and hit[0] >= shared):
-            return
-        ids = prompts[0][:shared]
-        inputs = torch.tensor([ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=inputs, use_cache=True, logits_to_keep=1)
-        self.prefill_tokens += shared
-        layers = out.past_key_values.layers
-        if any(type(layer) is not DynamicLayer for layer in layers):
-            return
-        self._prefix.store(ids, [(layer.keys, layer.values) for layer in layers])
-
-    def _prefill(self, rows: list[_Row]) -> _Batch:
-        """Prefill ``rows``' whole prompts together, as a batch."""
-        input_ids, attention_mask = self._left_pad([row.request.prompt for row in rows])
-        vision: dict[str, torch.Tensor] = {}
-        if self.vision:
-            images = [image for row in rows for image in row.request.images]
-            vision = self._images(images, self.device) if images else {}
-            position_ids = rope_positions(
-                self.model.model, input_ids, attention_mask, vision.get("image_grid_thw")
-            )
-            next_position = position_ids.amax(dim=(0, 2)) + 1  # [B]: past every image's rows
-        else:
-            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-            next_position = position_ids[:, -1] + 1
-        return self._run_prefill(
-            rows, attention_mask, next_position, sum(len(row.request.prompt) for row in rows),
-            input_ids=input_ids, position_ids=position_ids, past_key_values=self._new_cache(),
-            **vision,
-        )  # fmt: skip
-
-    def _run_prefill(
-        self,
-        rows: list[_Row],
-        attention_mask: torch.Tensor,
-        next_position: torch.Tensor,
-        tokens: int,
-        **inputs: Any,
-    ) -> _Batch:
-        """One prefill forward of ``tokens`` new tokens for ``rows``, as a batch."""
-        out = self.model(attention_mask=attention_mask, use_cache=True, logits_to_keep=1, **inputs)
-        self.num_batches += 1
-        self.batch_sizes.append(len(rows))
-        self.prefill_tokens += tokens
-        return _Batch(
-            rows, out.past_key_values, attention_mask, next_position, out.logits[:, -1].float()
-        )
-
-    def _new_cache(self) -> DynamicCache:
-        """An empty cache for the model: :class:`_GrowingLayer` layers when all of its
-        layers are plain ``DynamicLayer`` (no sliding window), else the model's own."""
-        cache = DynamicCache(config=self.model.config)
-        if all(type(layer) is DynamicLayer for layer in cache.layers):
-            cache.layers = [_GrowingLayer() for _ in cache.layers]
-        return cache
-
-    def _prefill_after(self, hits: list[tuple[_Row, int, CachedPrefix]]) -> _Batch:
-        """Prefill each ``(row, cached, entry)``'s prompt past its first ``cached``
-        tokens, whose keys and values ``entry`` holds, all in one forward.
-
-        Row ``i`` is laid out as ``[left padding | kept prefix | padding | rest]``: the
-        kept prefixes are right-aligned in a cache as deep as the deepest one, the rests
-        left-padded to the longest one; the mask is 0 on both paddings and the position
-        ids count the row's own tokens (its rest starts at its ``cached``), so every row
-        computes what it would alone, and a row's positions are its unmasked ones
-        (:meth:`_keep_prefix` relies on it).
-        """
-        rows = [row for row, _, _ in hits]
-        rests = [row.request.prompt[cached:] for row, cached, _ in hits]
-        depth = max(cached for _, cached, _ in hits)
-        width = max(len(rest) for rest in rests)
-        cache = self._new_cache()
-        capacity = _capacity(depth + width)  # room for the rests and the decode steps
-        for i, layer in enumerate(cache.layers):
-            keys = _right_aligned([e.layers[i][0][:, :, :n] for _, n, e in hits], depth, capacity)
-            values = _right_aligned([e.layers[i][1][:, :, :n] for _, n, e in hits], depth, capacity)
-            _hold(layer, keys, values, depth)
-        ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), depth + width), dtype=torch.long)
-        position_ids = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, ((row, cached, _), rest) in enumerate(zip(hits, rests)):
-            pad = width - len(rest)
-            ids[i, pad:] = torch.tensor(rest, dtype=torch.long)
-            attention_mask[i, depth - cached : depth] = 1
-            attention_mask[i, depth + pad :] = 1
-            position_ids[i, pad:] = torch.arange(cached, cached + len(rest))
-            row.cached = cached
-            self.cached_tokens += cached
-        next_position = torch.tensor([len(row.request.prompt) for row in rows], device=self.device)
-        return self._run_prefill(
-            rows, attention_mask.to(self.device), next_position, sum(map(len, rests)),
-            input_ids=ids.to(self.device), position_ids=position_ids.to(self.device),
-            past_key_values=cache,
-        )  # fmt: skip
-
-    def _keep_prefix(self, batch: _Batch, i: int) -> None:
-        """Keep finished row ``i``'s keys and values (its prompt and every generated
-        token but the last, the one never fed) in the prefix cache."""
-        row = batch.rows[i]
-        ids = row.request.prompt + row.token_ids[:-1]
-        layers = batch.cache.layers
-        if any(type(layer) not in (DynamicLayer, _GrowingLayer) for layer in layers):
-            self._prefix = None  # sliding windows keep only part of the sequence
-            return
-        # The row's positions are its unmasked ones: padding sits on the left and, for
-        # rows that continued a kept prefix together, between that prefix and the rest.
-        where = torch.nonzero(batch.attention_mask[i]).flatten()[-len(ids) :]
-        if len(where) != len(ids):
-            return
-        kept = [(la.keys[i : i + 1, :, where], la.values[i : i + 1, :, where]) for la in layers]
-        self._prefix.store(ids, kept)
-
     def _decode_step(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> _Batch | None:
         """Sample one token per row; resolve and drop finished rows; run the model once."""
         tokens = self._sample(batch.logits, batch.rows)
@@ -639,16 +343,6 @@ class HFEngine(RolloutEngine):
         if seed is not None and request.params.temperature > 0:
             generator = torch.Generator(device=self.device).manual_seed(seed)
         return _Row(request, StopChecker(request.params.stop, self.tokenizer.decode), generator)
-
-    def _left_pad(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(p) for p in prompts)
-        pad, device = self.tokenizer.pad_token_id, self.device
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long, device=device)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
-        for i, prompt in enumerate(prompts):
-            ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long, device=device)
-            mask[i, width - len(prompt) :] = 1
-        return ids, mask
 
     def _sample(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
         """One token per row; records each row's logprob in ``row.logprobs``.
@@ -804,21 +498,6 @@ class HFEngine(RolloutEngine):
                 request.future.set_exception(EngineClosedError("HFEngine closed"))
         if self._worker is not None and not self._worker.done():
             await self._worker  # let the running rows finish; the thread cannot be killed
-
-
-#: The shortest prefix shared by prompts admitted together that is prefilled once.
-_MIN_SHARED_PREFIX = 16
-
-
-def _common_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
-    """How many leading ids every prompt in ``prompts`` has in common."""
-    first, length = prompts[0], min(len(p) for p in prompts)
-    for prompt in prompts[1:]:
-        n = 0
-        while n < length and prompt[n] == first[n]:
-            n += 1
-        length = n
-    return length
 
 
 def _top_p_mask(logprobs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
