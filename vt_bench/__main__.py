@@ -94,7 +94,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "speed": (
         "vt_bench.report",
         "Run every benchmark with modest defaults (and peers-speed with --peers DIR); write "
-        "OUT/REPORT.md and the JSONs; --readme README.md rewrites its generated tables.",
+        "OUT/REPORT.md and the JSONs; --doc docs/benchmarks.md rewrites its generated tables.",
     ),
     "all": ("vt_bench.report", "The same as speed."),
 }

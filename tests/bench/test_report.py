@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -45,18 +46,38 @@ def test_plan_covers_every_benchmark_command():
     )
 
 
-def test_the_readme_tables_are_rewritten_between_their_markers(tmp_path):
-    from vt_bench.report import README_BEGIN, README_END, readme_block, update_readme
+def test_the_doc_tables_are_rewritten_between_their_markers(tmp_path):
+    from vt_bench.report import DOC_BEGIN, DOC_END, doc_block, update_doc
 
     assert main(["env-speed", "--env-ids", "VT-Lookup-v0", "--episodes", "3", "--seconds", "1",
                  "--out", str(tmp_path)]) == 0  # fmt: skip
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# Title\n\n{README_BEGIN}\nold table\n{README_END}\n\nafter\n")
-    update_readme(readme, readme_block(tmp_path, "a machine"))
-    text = readme.read_text()
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Title\n\n{DOC_BEGIN}\nold table\n{DOC_END}\n\nafter\n")
+    update_doc(doc, doc_block(tmp_path, "a machine"))
+    text = doc.read_text()
     assert "old table" not in text and "| VT-Lookup-v0 |" in text
     assert text.startswith("# Title") and text.endswith("after\n")
     assert "`python -m vt_bench env-speed`; a machine." in text
+
+
+def test_the_generated_block_lives_in_docs_benchmarks_not_the_readme():
+    from vt_bench.report import DOC_BEGIN, DOC_END
+
+    root = Path(__file__).parents[2]
+    benchmarks = (root / "docs" / "benchmarks.md").read_text()
+    assert benchmarks.count(DOC_BEGIN) == 1 and benchmarks.count(DOC_END) == 1
+    readme = (root / "README.md").read_text()
+    assert DOC_END not in readme and "vt-bench speed: begin" not in readme
+
+
+@pytest.mark.parametrize("flag", ["--doc", "--readme"])
+def test_a_doc_without_markers_is_refused_before_any_benchmark_runs(tmp_path, capsys, flag):
+    doc = tmp_path / "README.md"
+    doc.write_text("# no markers\n")
+    with pytest.raises(SystemExit, match=r"has no .* markers"):
+        main(["speed", "--only", "sandbox-speed", "--out", str(tmp_path / "out"), flag, str(doc)])
+    assert not (tmp_path / "out").exists()
+    assert ("--readme is deprecated; use --doc" in capsys.readouterr().err) == (flag == "--readme")
 
 
 def test_all_rejects_an_unknown_benchmark_name(capsys):
