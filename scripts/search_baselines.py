@@ -7,7 +7,7 @@ Prints, for the dense and the BM25 retriever, the mean reward of
 :class:`~vt_envs.domains.search.NoSearchPolicy` by task kind (with the task
 counts), whether both retrievers played the same task ids, and the shipped
 closed-book check's figures (``scripts/search_closed_book.py``), as JSON.
-These are the README's oracle and baseline numbers.
+These are docs/envs/search.md's oracle and baseline numbers.
 """
 
 from __future__ import annotations

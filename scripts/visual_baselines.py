@@ -7,7 +7,7 @@ Fits :class:`~vt_envs.domains.visual.shortcuts.ShortcutPolicy` on the first
 from the prompts alone), then plays the oracle, the no-tool baseline (always
 (A)) and that shortcut on all 200 test tasks through ``gym.make`` and prints
 the mean reward of each by kind, with the fitted table, as JSON. These are
-the README's VT-Visual-v0 numbers.
+docs/envs/visual.md's VT-Visual-v0 numbers.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Write the README's VT-Visual-v0 example: a scene and the oracle's zoomed view.
+"""Write docs/envs/visual.md's VT-Visual-v0 example: a scene and the oracle's zoomed view.
 
 Usage (from the repository root)::
 

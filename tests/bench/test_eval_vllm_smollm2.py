@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct behind a real ``vllm serve`` scores what the HF engine does.
 
-The README's baseline table comes from ``vt-bench eval --policy
+docs/eval.md's baseline table comes from ``vt-bench eval --policy
 hf:smollm2-135m-instruct``; a user who serves the same model with vLLM and
 evaluates through ``--policy openai:URL`` (completions API: token ids in and
 out) must get the same greedy rewards, task by task.

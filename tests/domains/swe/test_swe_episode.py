@@ -101,7 +101,7 @@ def _bash(env, command):
 
 
 def test_tmp_is_writable_in_the_agents_sandbox_and_empty_next_episode():
-    """The README's promise: besides the copy, /tmp is the agent's (its own size-capped
+    """docs/envs/swe.md's promise: besides the copy, /tmp is the agent's (its own size-capped
     tmpfs); what an episode leaves there is gone in the next."""
     import gymnasium as gym
 

@@ -163,8 +163,8 @@ def test_test_ids_pytest_cannot_run_by_name_are_refused_at_load(
                              cache=cache)) == 1  # fmt: skip
 
 
-def test_load_swebench_imports_from_the_swe_package_as_the_readme_shows():
-    """README: `from vt_envs.domains.swe import load_swebench, make_swe_env`."""
+def test_load_swebench_imports_from_the_swe_package_as_the_docs_show():
+    """docs/envs/swe.md: `from vt_envs.domains.swe import load_swebench, make_swe_env`."""
     import vt_envs.domains.swe as swe
     from vt_envs.domains.swe import load_swebench as exported
     from vt_envs.domains.swe import make_swe_env as builder

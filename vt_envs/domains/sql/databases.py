@@ -68,7 +68,7 @@ class DatabaseSpec:
 
     Attributes:
         name: the db id shown to the agent (``"flights"``).
-        description: one line for the prompt and the README.
+        description: one line for the prompt and the docs (docs/envs/sql.md).
         build: writes the database into an open, empty connection.
         fingerprint: returns the bytes that identify the build's inputs
             (data file hashes, generator versions); raises

@@ -12,7 +12,7 @@
 Played on held-out tasks these are the surface baselines a benchmark must
 keep near zero; ``tests/domains/sql/test_sql_shortcuts.py`` holds them
 there through ``gym.make``, and ``python -m vt_envs.domains.sql.shortcuts``
-prints the figures the README reports, with the distinct-question counts.
+prints the figures docs/envs/sql.md reports, with the distinct-question counts.
 """
 
 from __future__ import annotations

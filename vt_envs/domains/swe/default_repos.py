@@ -98,7 +98,7 @@ class RepoSpec:
 
 
 # Each is built with at most 3 mutants a function (a spread of functions in both splits)
-# and each mutant runs only the test modules covering its file; build times in the README.
+# and each mutant runs only the test modules covering its file; build times in docs/envs/swe.md.
 _LIMITS = BuildLimits(max_tasks=30, max_per_function=3, max_runs=60, narrow_tests=True)
 
 #: The default repositories fetched from the package index, by name.
