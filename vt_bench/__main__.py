@@ -22,6 +22,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Evaluate a policy (oracle, no-tool, HF/vLLM model, OpenAI-compatible endpoint) over "
         "env ids: per-rollout JSONL, --resume, pass@k with intervals, REPORT.md + plots.",
     ),
+    "view": (
+        "vt_bench.view",
+        "One self-contained HTML page of an eval or a training run directory: summary by env "
+        "and task kind, filters (URL fragment), every transcript with tool calls and tokens.",
+    ),
     "env-speed": (
         "vt_bench.env_speed",
         "Every registered env id with its oracle through gym.make: episodes/s, steps/s, "
