@@ -30,6 +30,7 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "RolloutConfig",
+    "TrackerConfig",
     "TrainConfig",
     "apply_overrides",
     "config_to_dict",
@@ -256,6 +257,28 @@ class OptimConfig:
 
 
 @dataclass
+class TrackerConfig:
+    """Options of the experiment trackers named in ``logging`` (see
+    :mod:`vt_train.trackers`); the run-directory ones (``jsonl``,
+    ``tensorboard``) have none.
+
+    Attributes:
+        project: the W&B project and the MLflow experiment.
+        run_name: the run's name (default: the run directory's name).
+        tags: the run's tags.
+        wandb_entity: the W&B team or user (default: W&B's own default).
+        mlflow_tracking_uri: where MLflow runs go (default: ``MLFLOW_TRACKING_URI``,
+            else a local file store ``file:OUTPUT_DIR/mlruns``).
+    """
+
+    project: str = "vt"
+    run_name: str | None = None
+    tags: list[str] = field(default_factory=list)
+    wandb_entity: str | None = None
+    mlflow_tracking_uri: str | None = None
+
+
+@dataclass
 class TrainConfig:
     """A whole RL run.
 
@@ -281,7 +304,14 @@ class TrainConfig:
         eval_every: evaluate on the held-out split every this many steps (0: only
             before and after).
         save_every: checkpoint every this many steps (0: only at the end).
-        tensorboard: also write TensorBoard event files.
+        logging: where metrics go: ``jsonl`` (``metrics.jsonl``, which the reward
+            curve and ``vt-train resume`` read: always listed), ``tensorboard``
+            (``tb/``), ``wandb``, ``mlflow`` (:mod:`vt_train.trackers`). Each gets
+            the scalars (per-domain ones included), the sampled transcripts as a
+            table at every evaluation that writes them, and the resolved config.
+        tracker: see :class:`TrackerConfig`.
+        tensorboard: ``false`` drops ``tensorboard`` from ``logging`` (the switch of
+            older recipes; ``true`` adds nothing).
         torch_threads: ``torch.set_num_threads`` (1 is fastest on small CPUs
             under load).
         device: where the models train: ``"auto"`` (CUDA when available, else
@@ -303,6 +333,8 @@ class TrainConfig:
     output_dir: str = "runs/default"
     eval_every: int = 0
     save_every: int = 0
+    logging: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    tracker: TrackerConfig = field(default_factory=TrackerConfig)
     tensorboard: bool = True
     torch_threads: int = 1
     device: str = "auto"
@@ -321,6 +353,25 @@ class TrainConfig:
                 f"e.g. set optim.minibatch_size={batch}"
             )
         self.algorithm_config()  # validate the preset and overrides now
+        self.trackers()  # and the tracker names
+
+    def trackers(self) -> list[str]:
+        """The trackers this run logs to: ``logging`` (checked), less ``tensorboard``
+        when ``tensorboard`` is false."""
+        from vt_train.trackers import check_tracker_names
+
+        if not isinstance(self.logging, (list, tuple, str)):
+            raise InvalidConfigError(
+                f"logging must be a list of tracker names (e.g. [jsonl, wandb]), "
+                f"got {self.logging!r}"
+            )
+        names = check_tracker_names(self.logging)
+        if "jsonl" not in names:
+            raise InvalidConfigError(
+                f"logging must list 'jsonl' (metrics.jsonl feeds reward_curve.png and "
+                f"vt-train resume), got {names}; e.g. logging: [jsonl, {', '.join(names)}]"
+            )
+        return [n for n in names if self.tensorboard or n != "tensorboard"]
 
     def algorithm_config(self) -> AlgorithmConfig:
         """The preset ``algo`` with ``algorithm`` overrides applied.

@@ -1,10 +1,13 @@
-"""What a run leaves on disk: metrics (JSONL + TensorBoard), transcripts, plots.
+"""What a run leaves on disk: metrics (JSONL + TensorBoard, and the trackers of
+:mod:`vt_train.trackers`), transcripts, plots.
 
 Layout of a run directory::
 
     config.yaml          the resolved config
     metrics.jsonl        one JSON object per logged step
     tb/                  TensorBoard event files
+    tables/              tables (sampled transcripts) as JSONL, by name and step
+    wandb/, mlruns/      W&B and MLflow runs (``logging: [..., wandb, mlflow]``)
     transcripts/         decoded sample episodes (held-out evaluations)
     checkpoints/         DeepSpeed checkpoints (+ latest)
     final/               the final policy in Hugging Face layout
@@ -14,60 +17,123 @@ Layout of a run directory::
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from vt_train.trajectory import Trajectory
 
-__all__ = ["MetricsLogger", "plot_reward_curve", "read_metrics", "write_transcripts"]
+__all__ = [
+    "MetricsLogger",
+    "plot_reward_curve",
+    "read_metrics",
+    "transcript_rows",
+    "write_transcripts",
+]
 
 
 class MetricsLogger:
-    """Appends metrics to ``metrics.jsonl`` (and TensorBoard when available)."""
+    """Sends a run's metrics to its trackers (:mod:`vt_train.trackers`): by default
+    ``metrics.jsonl`` and TensorBoard (when installed); ``trackers`` names others
+    (``["jsonl", "wandb", "mlflow"]``). Does nothing on ranks other than 0
+    (``enabled=False``)."""
 
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, enabled: bool = True):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        tensorboard: bool = True,
+        enabled: bool = True,
+        trackers: Sequence[str] | None = None,
+        tracker_options: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+    ):
+        from vt_train.trackers import JsonlTracker, check_tracker_names, make_tracker
+
         self.enabled = enabled  # False on every rank but 0
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._writer = None
-        if tensorboard and enabled:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
+        if trackers is None:
+            trackers = ["jsonl", "tensorboard"] if tensorboard else ["jsonl"]
+        names = check_tracker_names(trackers)
+        self.trackers: list[Any] = []
+        if enabled:
+            for name in names:
+                tracker = make_tracker(name, run_dir, **dict(tracker_options or {}))
+                if tracker is not None:
+                    self.trackers.append(tracker)
+            if config is not None:
+                for tracker in self.trackers:
+                    tracker.log_config(config)
+        self._jsonl = next((t for t in self.trackers if isinstance(t, JsonlTracker)), None)
 
-                self._writer = SummaryWriter(str(Path(run_dir) / "tb"))
-            except ImportError:  # tensorboard is optional
-                self._writer = None
+    @classmethod
+    def for_config(cls, config: Any, *, enabled: bool = True) -> MetricsLogger:
+        """The logger of a :class:`~vt_train.config.TrainConfig`'s run: its ``logging``
+        trackers with its ``tracker`` options, given the resolved config."""
+        from vt_train.config import resolved_config_dict
+
+        options = dataclasses.asdict(config.tracker)
+        options["run_name"] = options["run_name"] or Path(config.output_dir).resolve().name
+        return cls(
+            config.output_dir,
+            enabled=enabled,
+            trackers=config.trackers(),
+            tracker_options=options,
+            config=resolved_config_dict(config) if enabled else None,
+        )
 
     def log(self, metrics: Mapping[str, float], *, step: int) -> None:
         if not self.enabled:
             return
-        record = {"step": step, **{k: v for k, v in metrics.items() if k != "step"}}
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
-        if self._writer is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._writer.add_scalar(key, value, step)
+        for tracker in self.trackers:
+            tracker.log_scalars(step, metrics)
+
+    def log_table(self, name: str, rows: Sequence[Mapping[str, Any]], *, step: int) -> None:
+        """One table (``rows`` of column -> value) to every tracker."""
+        if not self.enabled:
+            return
+        for tracker in self.trackers:
+            tracker.log_table(step, name, rows)
+
+    def log_transcripts(
+        self, path: str | Path, trajectories: Sequence[Trajectory], tokenizer: Any, *, step: int
+    ) -> None:
+        """Decoded trajectories into ``path`` (:func:`write_transcripts`) and, as the
+        table ``transcripts``, to every tracker."""
+        write_transcripts(path, trajectories, tokenizer)
+        self.log_table("transcripts", transcript_rows(trajectories, tokenizer), step=step)
 
     def truncate_after(self, step: int) -> None:
         """Drop records logged after ``step`` (a resumed run replays those steps)."""
-        if not self.enabled or not self.path.exists():
-            return
-        lines = self.path.read_text().splitlines()
-        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
-        self.path.write_text("".join(f"{line}\n" for line in kept))
+        if self.enabled and self._jsonl is not None:
+            self._jsonl.truncate_after(step)
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        for tracker in self.trackers:
+            tracker.finish()
+        self.trackers = []
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def transcript_rows(trajectories: Sequence[Trajectory], tokenizer: Any) -> list[dict[str, Any]]:
+    """One row per trajectory (task, reward, turns, tool calls, the decoded tokens)."""
+    return [
+        {
+            "task_id": t.task_id,
+            "reward": float(t.reward),
+            "turns": t.turns,
+            "tool_calls": t.tool_calls,
+            "transcript": tokenizer.decode(t.input_ids),
+        }
+        for t in trajectories
+    ]
 
 
 def write_transcripts(path: str | Path, trajectories: Sequence[Trajectory], tokenizer: Any) -> None:

@@ -13,6 +13,8 @@ Examples::
         --env-kwargs VT-Math-v0='{"families": ["modpow"]}' --out runs/eval-kw
     vt-bench eval --resume runs/eval-tiny      # after a crash: only what is missing
     vt-bench eval MyOrg/Capitals-v0 --import my_envs --policy oracle --out runs/mine
+    WANDB_MODE=offline vt-bench eval VT-Lookup-v0 --policy oracle --out runs/ev --log wandb
+    vt-bench eval VT-Lookup-v0 --policy oracle --out runs/ev --log mlflow   # file:runs/ev/mlruns
 
 The endpoint's API key, if any, is read from ``OPENAI_API_KEY``.
 
@@ -66,6 +68,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="directory for the results")
     parser.add_argument("--resume", type=Path, default=None, help="finish the evaluation in DIR")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        metavar="TRACKER",
+        help="also log the summary metrics, a table of rollouts and the config to an "
+        "experiment tracker: wandb or mlflow (pip install 'vt[tracking]'); repeatable",
+    )
+    parser.add_argument(
+        "--log-project", default="vt-bench", help="the W&B project / MLflow experiment"
+    )
+    parser.add_argument(
+        "--log-run-name", default=None, help="the tracker run (default: OUT's name)"
+    )
     add_import_argument(parser, "env ids; recorded for --resume")
 
 
@@ -126,9 +142,13 @@ def _config(args: argparse.Namespace):
 def main(args: argparse.Namespace) -> int:
     from vt_bench.evals.report import render_markdown
     from vt_bench.evals.runner import failures, run_eval
+    from vt_bench.evals.tracking import check_eval_trackers, log_eval
 
+    trackers = check_eval_trackers(args.log)  # before anything is played
     config, out = _config(args)
     summary = run_eval(config, out, progress=not args.no_progress)
+    if trackers:
+        log_eval(trackers, summary, out, project=args.log_project, run_name=args.log_run_name)
     print(render_markdown(summary))
     print(f"Report: {out / 'REPORT.md'}; every rollout: {out / 'rollouts.jsonl'}")
     failed, total, first = failures(summary)

@@ -76,9 +76,7 @@ class Trainer(_Building, _Rollouts, _Updates, _Checkpoints):
         self._wrap_reference_and_critic(reference, critic)
         self._start_engine(engine_kwargs)
         self._make_envs()
-        self.metrics = MetricsLogger(
-            self.run_dir, tensorboard=config.tensorboard, enabled=self.is_main
-        )
+        self.metrics = MetricsLogger.for_config(config, enabled=self.is_main)
         self.step_index = 0
         self.updates = 0
         self.sampling_rounds = 0  # rollout rounds of the last dynamic-sampling step

@@ -14,7 +14,6 @@ from vt_train.algorithms.shaping import shape_rewards
 from vt_train.engines.base import SamplingParams
 from vt_train.evaluation import EvalResult, evaluate
 from vt_train.rollout import collect
-from vt_train.run_dir import write_transcripts
 from vt_train.trainer.distributed import _broadcast
 from vt_train.trajectory import Trajectory
 
@@ -74,10 +73,11 @@ class _Rollouts:
             prefix = "eval/" if temperature == 0 else f"eval_t{temperature:g}/"
             metrics.update(result.metrics(prefix))
             if transcripts and temperature == self.config.env.eval_temperatures[0]:
-                write_transcripts(
+                self.metrics.log_transcripts(  # the file, and a table for the trackers
                     self.run_dir / "transcripts" / f"eval_step{self.step_index:04d}.txt",
                     result.trajectories[:8],
                     self.tokenizer,
+                    step=self.step_index,
                 )
         self.metrics.log(metrics, step=self.step_index)
         return _broadcast(metrics) if self.world > 1 else metrics
