@@ -8,8 +8,10 @@ computed from every rollout read; filters; and each embedded rollout's
 transcript turn by turn: the action the policy wrote with its token counts
 (read new / written), the tool call it made (ok or the error) and what came
 back, images inline (a record's ``images``: PNG/JPEG data URLs, in the order
-of the transcript's ``<image>`` placeholders). CSS and script are inline; no
-file or network is fetched when the page is opened.
+of the transcript's ``<image>`` placeholders; eval records keep none, and
+``--images`` rebuilds them by replaying the rollouts, see
+:mod:`vt_bench.view_images`). CSS and script are inline; no file or network
+is fetched when the page is opened.
 
 Transcripts are model-written, so every string is HTML-escaped where it is
 written, and the page's script never parses markup (see :mod:`vt_bench.view_page`
@@ -20,6 +22,7 @@ Examples::
 
     vt-bench view docs/eval/oracle                      # -> docs/eval/oracle/view.html
     vt-bench view docs/eval/smollm2 --out /tmp/s.html   # rollouts.jsonl.gz
+    vt-bench view docs/eval/oracle --images             # VT-Visual-v0's images, replayed
     vt-bench view runs/quickstart/rl --max-rollouts 0   # a run's transcripts, all of them
 """
 
@@ -61,6 +64,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "0: all); the summary counts every rollout",
     )  # fmt: skip
     parser.add_argument(
+        "--env", action="append", default=[], metavar="ENV_ID",
+        help="only this env id's rollouts, in the summary and the page (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--images", action="store_true",
+        help="an eval's images: replay the embedded rollouts that show <image> (their env "
+        "ids built with config.json's keywords) and embed the images; a replay ending with "
+        "another reward is dropped",
+    )  # fmt: skip
+    parser.add_argument(
+        "--image-side", type=int, default=512, help="longest side of an embedded image (px)"
+    )
+    parser.add_argument(
         "--max-chars", type=int, default=DEFAULT_MAX_CHARS,
         help=f"characters kept of each text block, head and tail (default {DEFAULT_MAX_CHARS}; "
         "0: all)",
@@ -71,6 +87,17 @@ def main(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     out = Path(args.out) if args.out else directory / "view.html"
     rollouts, source = load(directory)
+    if args.env:
+        rollouts = [r for r in rollouts if r["env"] in set(args.env)]
+        if not rollouts:
+            raise InvalidConfigError(f"{directory}: no rollout of {args.env}")
+    if args.images:
+        from vt_bench.view_images import replay_images
+
+        replayed = replay_images(
+            directory, _pick(rollouts, args.max_rollouts), side=args.image_side
+        )
+        print(f"--images: {replayed} rollouts replayed for their images")
     html = build_page(
         rollouts, title=f"VT view: {directory}", source=source,
         max_rollouts=args.max_rollouts, max_chars=args.max_chars,

@@ -18,6 +18,14 @@ __all__ = ["render_rollout", "split_transcript", "tokens"]
 
 DEFAULT_MAX_CHARS = 20_000
 
+# Where a chat template opens a user turn (ChatML, Llama 3, Gemma, Mistral): the
+# prompt from the last one on (the task's question) is shown, the rest folded.
+_USER_MARKERS = (
+    "<|im_start|>user",
+    "<|start_header_id|>user<|end_header_id|>",
+    "<start_of_turn>user",
+    "[INST]",
+)
 _SPECIAL = re.compile(r"(<\|[^|<>\s]{1,40}\|>|<image>)")
 
 
@@ -102,10 +110,16 @@ def _turns_html(r: Mapping[str, Any], max_chars: int) -> str:
         text = _text_html(r["transcript"], images, max_chars)
         return f"<details open><summary>transcript</summary><pre>{text}</pre></details>"
     prompt, observations = split
-    out = [
-        f"<details><summary>prompt ({len(prompt)} chars)</summary>"
-        f"<pre>{_text_html(prompt, images, max_chars)}</pre></details>"
-    ]
+    start = max(prompt.rfind(marker) for marker in _USER_MARKERS)
+    start = start if start >= 0 else len(prompt)  # the question: from the last user turn
+    out = []
+    if start > 0:
+        out.append(
+            f"<details><summary>prompt ({start} chars)</summary>"
+            f"<pre>{_text_html(prompt[:start], images, max_chars)}</pre></details>"
+        )
+    if start < len(prompt):
+        out.append(f"<pre>{_text_html(prompt[start:], images, max_chars)}</pre>")
     calls: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     for call in r["tool_calls"]:
         calls[int(call.get("turn", -1))].append(call)
@@ -180,4 +194,6 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _json(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

@@ -255,3 +255,40 @@ def test_in_headless_chromium_the_fragment_filters_and_nothing_runs(tmp_path):
               url + "#env=VT-Lookup-v0&open=1")  # fmt: skip
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_question_shown_rest_of_prompt_folded_and_env_option(tmp_path, capsys):
+    html = _page([_record("VT-Math-v0", "m/0", transcript="<|im_start|>system\nBe exact."
+                          "<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                          "<|im_start|>assistant\n<answer>4</answer>\nok")])  # fmt: skip
+    folded, question = html.split("</details>", 1)[0], html.split("</details>", 1)[1]
+    assert "Be exact." in folded and "prompt (" in folded
+    assert "What is 2+2?" in question.split('class="turn"')[0]
+
+    _write_eval(tmp_path / "e", _records())
+    assert bench_main(["view", str(tmp_path / "e"), "--env", "VT-Lookup-v0"]) == 0
+    rollouts = _parse((tmp_path / "e" / "view.html").read_text()).rollouts
+    assert {r["data-env"] for r in rollouts} == {"VT-Lookup-v0"} and len(rollouts) == 2
+    with pytest.raises(Exception, match="no rollout of"):
+        bench_main(["view", str(tmp_path / "e"), "--env", "VT-Nope-v0"])
+
+
+def test_images_replayed_from_an_eval_record(tmp_path):
+    """--images: VT-Visual-v0's task image and its zoom come back by replaying the record of
+    docs/eval/oracle; a record whose replay ends with another reward gets none."""
+    from vt_bench.view_images import replay_images
+
+    source = Path(__file__).resolve().parents[2] / "docs" / "eval" / "oracle"
+    lines = (source / "rollouts.jsonl").read_text().splitlines()
+    record = next(json.loads(x) for x in lines if '"env_id":"VT-Visual-v0"' in x)
+    assert [t["action"][:11] for t in record["turns"]] == ["<tool_call>", "<answer>A</"]
+    tampered = {**record, "sample": 1, "reward": 0.0, "correct": False}
+    _write_eval(tmp_path, [record, tampered])
+    (tmp_path / "config.json").write_text((source / "config.json").read_text())
+    rollouts, _ = view.load(tmp_path)
+    assert replay_images(tmp_path, rollouts, side=64) == 1
+    good, bad = rollouts
+    assert len(good["images"]) == 2 and bad["images"] == []
+    assert all(view._DATA_URL.fullmatch(url) for url in good["images"])
+    html = view.build_page(rollouts)
+    assert html.count('<img src="data:image/jpeg;base64,') == 2
