@@ -44,7 +44,7 @@ details.rollout>summary{cursor:pointer;padding:.3em .6em;font-size:13px}
 .turn h4{margin:.2em 0;font-size:12px;color:#345}
 pre{white-space:pre-wrap;word-break:break-word;margin:.2em 0;padding:.4em;font-size:12px;
   background:#f6f6f6;border-radius:3px;max-height:40em;overflow:auto}
-pre.action{background:#eef4ff}pre.obs{background:#f4f4f4}
+pre.action{background:#eef4ff}pre.obs,pre.q{background:#f4f4f4;max-height:none}
 .sp{color:#999}.cut{color:#a60;font-style:italic}
 .call{font-size:12px;margin:.2em 0}
 img{max-width:420px;max-height:420px;display:block;margin:.3em 0;border:1px solid #ccc}

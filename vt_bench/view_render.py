@@ -119,7 +119,7 @@ def _turns_html(r: Mapping[str, Any], max_chars: int) -> str:
             f"<pre>{_text_html(prompt[:start], images, max_chars)}</pre></details>"
         )
     if start < len(prompt):
-        out.append(f"<pre>{_text_html(prompt[start:], images, max_chars)}</pre>")
+        out.append(f'<pre class="q">{_text_html(prompt[start:], images, max_chars)}</pre>')
     calls: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     for call in r["tool_calls"]:
         calls[int(call.get("turn", -1))].append(call)
