@@ -19,6 +19,7 @@ import pytest
 from vt_bench import view
 from vt_bench.__main__ import main as bench_main
 from vt_bench.view_render import split_transcript
+from vt_envs.errors import InvalidConfigError
 
 EVIL = "<script>document.body.setAttribute('data-pwned','1')</script>"
 EVIL_IMG = "<img src=x onerror=\"document.body.setAttribute('data-pwned','2')\">"
@@ -202,7 +203,7 @@ def test_reads_gz_and_run_dirs_and_the_cli_writes_one_file(tmp_path, capsys):
     assert bench_main(["view", str(tmp_path / "gz")]) == 0
     assert (tmp_path / "gz" / "view.html").is_file()
     assert "7 of 7 rollouts embedded" in capsys.readouterr().out
-    with pytest.raises(Exception, match=r"neither rollouts\.jsonl"):
+    with pytest.raises(InvalidConfigError, match=r"neither rollouts\.jsonl"):
         view.load(tmp_path)
 
 
@@ -269,7 +270,7 @@ def test_question_shown_rest_of_prompt_folded_and_env_option(tmp_path, capsys):
     assert bench_main(["view", str(tmp_path / "e"), "--env", "VT-Lookup-v0"]) == 0
     rollouts = _parse((tmp_path / "e" / "view.html").read_text()).rollouts
     assert {r["data-env"] for r in rollouts} == {"VT-Lookup-v0"} and len(rollouts) == 2
-    with pytest.raises(Exception, match="no rollout of"):
+    with pytest.raises(InvalidConfigError, match="no rollout of"):
         bench_main(["view", str(tmp_path / "e"), "--env", "VT-Nope-v0"])
 
 
