@@ -213,8 +213,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-               f"--user-data-dir={tmp_path / 'profile'}", *args]  # fmt: skip
+    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", *args]  # fmt: skip
     return subprocess.run(
         command, capture_output=True, text=True, timeout=180, check=True,
         env={**os.environ, "HOME": str(tmp_path)},
