@@ -129,7 +129,8 @@ def load(directory: Path) -> tuple[list[dict[str, Any]], str]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Complete lines only (a torn last line is dropped); a later duplicate key wins."""
+    """Complete records (a torn last line is dropped; a later duplicate key wins), read
+    one line at a time, without their token ids."""
     opener = gzip.open if path.suffix == ".gz" else open
     by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
     with opener(path, "rt", encoding="utf-8") as f:
@@ -139,6 +140,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
             if isinstance(record, dict):
+                record.pop("token_ids", None)  # not shown; the bulk of a model's records
                 key = (record.get("env_id"), record.get("task_id"), record.get("sample"))
                 by_key[key if None not in key else (len(by_key),)] = record
     return list(by_key.values())
