@@ -13,9 +13,9 @@ wandb`` uses the same classes. Every tracker implements :class:`Tracker`:
 
 Only rank 0 builds trackers. ``wandb`` and ``mlflow`` are imported when a tracker
 is built, not before; without them the error names the extra to install
-(``pip install 'vt[tracking]'``). Runs go to the run directory unless told otherwise:
-W&B under ``RUN/wandb/`` (``WANDB_MODE=offline`` writes there only, for a later
-``wandb sync``), MLflow to a local file store ``file:RUN/mlruns`` unless
+(``pip install 'vt-envs[tracking]'``). Runs go to the run directory unless told
+otherwise: W&B under ``RUN/wandb/`` (``WANDB_MODE=offline`` writes there only, for
+a later ``wandb sync``), MLflow to a local file store ``file:RUN/mlruns`` unless
 ``mlflow_tracking_uri`` (or ``MLFLOW_TRACKING_URI``) names another.
 """
 
@@ -113,7 +113,7 @@ def _import(module: str, tracker: str) -> Any:
     except ImportError as exc:
         raise TrackerUnavailableError(
             f"the {tracker!r} tracker needs the {module} package, which failed to import "
-            f"({exc}). Install the tracking extra: pip install 'vt[tracking]' (or pip install "
+            f"({exc}). Install the tracking extra: pip install 'vt-envs[tracking]' (or pip install "
             f"{'mlflow-skinny' if tracker == 'mlflow' else tracker}), or remove {tracker!r} "
             "from logging / --log"
         ) from exc

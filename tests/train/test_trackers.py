@@ -197,7 +197,7 @@ def test_jsonl_and_an_unknown_or_missing_tracker(tmp_path, monkeypatch):
     assert load_config(None, []).trackers() == ["jsonl", "tensorboard"]
 
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb -> ImportError
-    with pytest.raises(TrackerUnavailableError, match=r"pip install 'vt\[tracking\]'"):
+    with pytest.raises(TrackerUnavailableError, match=r"pip install 'vt-envs\[tracking\]'"):
         make_tracker("wandb", tmp_path)
 
 

@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="TRACKER",
         help="also log the summary metrics, a table of rollouts and the config to an "
-        "experiment tracker: wandb or mlflow (pip install 'vt[tracking]'); repeatable",
+        "experiment tracker: wandb or mlflow (pip install 'vt-envs[tracking]'); repeatable",
     )
     parser.add_argument(
         "--log-project", default="vt-bench", help="the W&B project / MLflow experiment"
