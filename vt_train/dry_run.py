@@ -256,6 +256,7 @@ def dry_run_config(
         steps=1,
         eval_every=0,
         save_every=1,
+        logging=["jsonl"],  # a dry run starts no W&B / MLflow run
         tensorboard=False,
         torch_threads=1,
         device="cpu",

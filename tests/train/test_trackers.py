@@ -304,3 +304,13 @@ def test_an_unknown_tracker_is_a_one_line_error(argv, capsys, tmp_path, monkeypa
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith(f"{argv[0]}: error: Unknown tracker")
     assert "Did you mean 'wandb'?" in err or "Did you mean 'mlflow'?" in err
+
+
+def test_a_dry_run_logs_to_no_tracker(tmp_path):
+    from vt_train.config import load_config
+    from vt_train.dry_run import dry_run_config
+
+    recipe = Path(__file__).parents[2] / "configs" / "sql_grpo_qwen2.5-7b.yaml"
+    recipe = load_config(recipe, ["logging=[jsonl, wandb, mlflow]"])
+    assert recipe.trackers() == ["jsonl", "wandb", "mlflow"]
+    assert dry_run_config(recipe, tmp_path, engine="hf").trackers() == ["jsonl"]
