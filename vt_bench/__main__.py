@@ -27,6 +27,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "One self-contained HTML page of an eval or a training run directory: summary by env "
         "and task kind, filters (URL fragment), every transcript with tool calls and tokens.",
     ),
+    "export": (
+        "vt_bench.export",
+        "An eval's records as a Hugging Face dataset (save_to_disk) for TRL's SFTTrainer: chat "
+        "messages with tool calls, token ids, assistant masks.",
+    ),
     "env-speed": (
         "vt_bench.env_speed",
         "Every registered env id with its oracle through gym.make: episodes/s, steps/s, "

@@ -40,9 +40,9 @@ def test_run_all_writes_a_section_per_benchmark_and_survives_a_failure(tmp_path,
 def test_plan_covers_every_benchmark_command():
     from vt_bench.__main__ import COMMANDS
 
-    # eval and view are not speed benchmarks; peers-speed joins the plan with --peers DIR.
+    # eval, view and export are not speed benchmarks; peers-speed joins the plan with --peers DIR.
     assert sorted(name for name, _ in PLAN) == sorted(
-        set(COMMANDS) - {"all", "speed", "eval", "view", "peers-speed"}
+        set(COMMANDS) - {"all", "speed", "eval", "view", "export", "peers-speed"}
     )
 
 
