@@ -5,7 +5,7 @@ Usage (from the repository root)::
     python scripts/build_tokenizer.py [--out DIR] [--docs N] [--seed S]
 
 Trains a byte-level BPE with the ``tokenizers`` library on the corpus that
-``vt_envs.core.corpus`` generates (no outside text), then writes the Hugging
+``scripts/tokenizer_corpus.py`` generates (no outside text), then writes the Hugging
 Face layout (``tokenizer.json``, ``tokenizer_config.json`` with the ChatML
 chat template, ``special_tokens_map.json``), which both ``VTTokenizer`` and
 ``transformers.AutoTokenizer.from_pretrained`` load. The same arguments give
@@ -34,10 +34,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "scripts"))  # tokenizer_corpus, also when imported
 
+from tokenizer_corpus import generate_corpus  # noqa: E402
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
-from vt_envs.core.corpus import generate_corpus  # noqa: E402
 from vt_envs.core.tokenizer import (  # noqa: E402
     CHATML_TEMPLATE,
     DEFAULT_TOKENIZER_DIR,

@@ -1,5 +1,8 @@
 """A small, license-clean training corpus for the default tokenizer.
 
+Used only by ``scripts/build_tokenizer.py`` (it is not part of the package:
+the env never trains a tokenizer).
+
 Every document is generated here from templates with a seeded RNG, so the
 corpus (and the tokenizer trained on it) is reproducible and free of outside
 text. It covers what VT episodes contain: English about numbers, tables and

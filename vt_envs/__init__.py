@@ -13,10 +13,11 @@
 
 from vt_envs.checker import check
 from vt_envs.core.env import RewardConfig, ToolEnv
+from vt_envs.core.observation_encoder import ObservationEncoder
 from vt_envs.core.parser import ActionParser, ParseResult, ToolCall
 from vt_envs.core.policy import EpisodeResult, OraclePolicy, Policy, arun_episode, run_episode
 from vt_envs.core.task import GeneratedTasks, Task, TaskList, TaskSource
-from vt_envs.core.tokenizer import ChatTokenizer, ObservationEncoder, load_tokenizer
+from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
 from vt_envs.core.tool import Tool, ToolResult, tool_registry
 from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.core.verifier import ExactMatch, Score, Verifier

@@ -129,6 +129,15 @@ def test_no_token_merges_a_digit(vt: ChatTokenizer) -> None:
     assert vt.encode("x=90210;")[2:7] == [vt.encode(d)[0] for d in "90210"]
 
 
+def test_tag_tokens_are_the_shipped_tokenizers_plain_added_tokens() -> None:
+    # TAG_TOKENS is declared in the core because it is part of the shipped
+    # vocabulary: the last 20 ids, in its order (scripts/build_tokenizer.py).
+    data = json.loads((DEFAULT_TOKENIZER_DIR / "tokenizer.json").read_text(encoding="utf-8"))
+    added = sorted(data["added_tokens"], key=lambda token: token["id"])
+    plain = [(token["id"], token["content"]) for token in added if not token["special"]]
+    assert plain == list(enumerate(TAG_TOKENS, start=2048 - len(TAG_TOKENS)))
+
+
 @pytest.mark.parametrize("token", SPECIAL_TOKENS + TAG_TOKENS)
 def test_tags_and_special_tokens_are_single_tokens(vt: ChatTokenizer, token: str) -> None:
     (token_id,) = vt.encode(token)

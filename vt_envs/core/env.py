@@ -30,12 +30,13 @@ from vt_envs.core.examples import WorkedExample, coerce_examples, render_example
 from vt_envs.core.image_tokens import ImageTokens, load_image_tokens, processor_spec
 from vt_envs.core.images import BLANK_FRAME, MAX_IMAGE_SIDE, check_image_budget
 from vt_envs.core.loop import run_sync
+from vt_envs.core.observation_encoder import ObservationEncoder
 from vt_envs.core.parser import ActionParser
 from vt_envs.core.prompt import ACTION_FORMATS, render_system_prompt
 from vt_envs.core.reward import RewardConfig
 from vt_envs.core.spaces import ImageSequence, UnicodeText, token_sequence_space
 from vt_envs.core.task import Task, TaskSource
-from vt_envs.core.tokenizer import ChatTokenizer, ObservationEncoder, load_tokenizer
+from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
 from vt_envs.core.tool import Tool, check_timeout
 from vt_envs.core.verifier import Verifier
 from vt_envs.errors import InvalidConfigError

@@ -40,10 +40,11 @@ from vt_envs.core.images import (
     public_message,
     task_images_of,
 )
+from vt_envs.core.observation_encoder import ObservationEncoder
 from vt_envs.core.parser import ActionParser, ParseResult
 from vt_envs.core.reward import RewardConfig, reward_parts, verify
 from vt_envs.core.task import Task, TaskSource
-from vt_envs.core.tokenizer import ChatTokenizer, ObservationEncoder
+from vt_envs.core.tokenizer import ChatTokenizer
 from vt_envs.core.tool import Tool
 from vt_envs.core.tool_calls import cap_observation, invalid_feedback, run_calls
 from vt_envs.core.verifier import Score, Verifier
