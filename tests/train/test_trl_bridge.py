@@ -14,6 +14,7 @@ import torch
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
+import datasets
 from train_helpers import saved_tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
@@ -34,10 +35,15 @@ def completion_bonus(completion_ids, **_):
     return [0.01 * len(ids) for ids in completion_ids]
 
 
-def grpo_step(model, tokenizer, out_dir, *, max_new_tokens: int = 8):
+def grpo_step(
+    model, tokenizer, out_dir, *, max_new_tokens: int = 8, mode: str = "sync", id_prompts=False
+):
     """Run one GRPOTrainer step (2 prompts x 2 generations) on VT-Lookup-v0; return the
-    trainer, the rollout, what TRL generated and scored, and the loss inputs it trained on."""
-    rollout = VTRollout("VT-Lookup-v0", env_kwargs=ENV_KWARGS, max_new_tokens=max_new_tokens)
+    trainer, the rollout, what TRL generated and scored, and the loss inputs it trained on.
+    ``id_prompts``: the dataset's prompts are task ids, not the env's prompt messages."""
+    rollout = VTRollout(
+        "VT-Lookup-v0", env_kwargs=ENV_KWARGS, max_new_tokens=max_new_tokens, mode=mode
+    )
     args = GRPOConfig(
         output_dir=str(out_dir),
         use_cpu=True,
@@ -56,7 +62,11 @@ def grpo_step(model, tokenizer, out_dir, *, max_new_tokens: int = 8):
         model=model,
         reward_funcs=[env_reward, completion_bonus],
         args=args,
-        train_dataset=rollout.dataset(2),
+        train_dataset=(
+            datasets.Dataset.from_dict({"prompt": ["lookup/train/0", "lookup/train/1"]})
+            if id_prompts
+            else rollout.dataset(2)
+        ),
         processing_class=tokenizer,
         rollout_func=rollout,
     )
@@ -80,7 +90,6 @@ def grpo_step(model, tokenizer, out_dir, *, max_new_tokens: int = 8):
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
     changed = any(not torch.equal(before[n], p.detach()) for n, p in model.named_parameters())
-    rollout.close()
     return trainer, rollout, scored, trained, changed
 
 
@@ -133,11 +142,21 @@ def check_step(trainer, rollout, scored, trained, changed, *, untrained=True) ->
     return trajectories
 
 
-def test_one_grpo_step_on_vt_lookup_with_the_tiny_model(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_one_grpo_step_on_vt_lookup_with_the_tiny_model(tmp_path, mode):
     path = saved_tiny_model(tmp_path / "model")
     model = AutoModelForCausalLM.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    check_step(*grpo_step(model, tokenizer, tmp_path / "out"))
+    # (async: the dataset's prompts are task ids)
+    step = grpo_step(model, tokenizer, tmp_path / "out", mode=mode, id_prompts=mode == "async")
+    trainer, rollout, *_ = step
+    try:
+        check_step(*step)
+        # Every turn of the 4 episodes was generated, in batches, by the trainer's model.
+        turns = sum(t.turns for t in rollout.last_trajectories)
+        assert sum(rollout._engine.batch_sizes) == turns
+    finally:
+        rollout.close()
 
 
 @pytest.mark.slow
@@ -152,7 +171,10 @@ def test_one_grpo_step_on_vt_lookup_with_smollm2(tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(path)
     start = time.perf_counter()
     step = grpo_step(model, tokenizer, tmp_path / "out", max_new_tokens=16)
-    trajectories = check_step(*step, untrained=False)
+    try:
+        trajectories = check_step(*step, untrained=False)
+    finally:
+        step[1].close()
     # The env used the model's own tokenizer: VT's ids decode to SmolLM2's chat template.
     assert tokenizer.decode(trajectories[0].input_ids).startswith("<|im_start|>system")
     print(f"SmolLM2 GRPO step: {time.perf_counter() - start:.1f} s")
