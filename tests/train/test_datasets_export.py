@@ -108,6 +108,19 @@ def test_a_token_level_policys_records_keep_its_own_ids(tmp_path):
     except Exception as exc:  # the package (or gguf) is not installed
         pytest.skip(f"smollm2-135m-instruct is not available: {exc}")
     records = [r for r in read_records(DOCS / "smollm2") if r["env_id"] == LOOKUP][:3]
+    # Make the first action's first id a non-canonical encoding of the same text (as a
+    # sampled policy may write): the export must keep it, not re-encode the text.
+    tok = load_tokenizer(tokenizer)
+    record = records[0]
+    first = record["turns"][0]["tokens_in"]
+    action = range(first, first + record["turns"][0]["tokens_out"])
+    at = next(i for i in action if len(tok.decode([record["token_ids"][i]])) > 1)
+    text = tok.decode([record["token_ids"][at]])
+    split = tok.encode(text[0]) + tok.encode(text[1:])
+    assert tok.decode(split) == text and len(split) > 1
+    record["token_ids"][at : at + 1] = split
+    record["turns"][0]["tokens_out"] += len(split) - 1
+    assert tok.decode(record["token_ids"]) == record["transcript"]
     ds = records_to_dataset(records, tokenizer=tokenizer, split="test")
     assert ds["ids_source"] == ["policy"] * 3 and all(ds["replay_ok"])
     for row, record in zip(ds, records):

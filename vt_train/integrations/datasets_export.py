@@ -132,7 +132,8 @@ def episode_messages(
 ) -> tuple[list[dict], list[int], list[int], bool]:
     """Replay ``record`` in ``env``: ``(messages, ids, assistant_mask, matches)``, the ids and
     mask the env's (observations; each action's ids as the env encoded its text), ``matches``
-    whether the replay gave the record's reward and token counts."""
+    whether the replay gave the record's reward and token counts (of the observations; of
+    the actions too for a record without ``token_ids``)."""
     tokenizer = env.unwrapped.tokenizer
     seed = record.get("reset_seed")
     obs, info = env.reset(seed=seed, options={"task_id": record["task_id"]})
@@ -149,7 +150,9 @@ def episode_messages(
         if turn.get("tokens_in") is not None and turn["tokens_in"] != len(obs["tokens"]):
             matches = False
         action_ids = tokenizer.encode(action)
-        if turn.get("tokens_out") is not None and turn["tokens_out"] != len(action_ids):
+        # (a token-level policy's own ids may not be the canonical encoding of its text)
+        counted = turn.get("tokens_out") is not None and not record.get("token_ids")
+        if counted and turn["tokens_out"] != len(action_ids):
             matches = False
         ids += action_ids
         mask += [1] * len(action_ids)
