@@ -421,6 +421,12 @@ class VTRollout:
 
         from vt_envs.core.vector import ToolVectorEnv
 
+        vllm = getattr(trainer, "use_vllm", False)
+        if vllm or getattr(trainer, "generation_config", None) is None:
+            raise InvalidConfigError(
+                "VTRollout generates with the trainer's model through transformers; make the "
+                "GRPOTrainer with use_vllm=False"
+            )
         self.close()
         spec = self.tokenizer_spec if self.tokenizer_spec is not None else trainer.processing_class
         tokenizer = getattr(spec, "tokenizer", spec)  # a processor's tokenizer
