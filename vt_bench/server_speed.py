@@ -108,7 +108,7 @@ def _overhead(url: str, env_id: str, action: str, steps: int) -> dict[str, Any]:
 
 async def _throughput(url: str, calls: int, inflight: int) -> dict[str, Any]:
     import vt_envs
-    from vt_envs.server.client import attach_tool_server
+    from vt_envs.tools.remote.client import attach_tool_server
 
     env = vt_envs.make("VT-Lookup-v0", split="test")
     attach_tool_server(env, url, env_id="VT-Lookup-v0", env_kwargs={"split": "test"}, token=_TOKEN)

@@ -5,8 +5,9 @@ An env id is a *registration*: a builder function that assembles a
 policy that proves the env solvable. ``register_env`` records both and
 registers the id with Gymnasium, so ``gym.make(id, **kwargs)`` works.
 
-Builders are plain functions decorated with :func:`env_builder`. The
-decorator rejects unknown keywords with :class:`~vt_envs.errors.UnknownKwargError`
+Builders are plain functions decorated with :func:`env_builder`
+(:mod:`vt_envs.tools.builder`, below the domains that use it; re-exported here).
+The decorator rejects unknown keywords with :class:`~vt_envs.errors.UnknownKwargError`
 (with "did you mean") instead of Python's bare ``TypeError``, and forwards the
 keywords ``ToolEnv`` itself understands (``tokenizer``, ``max_turns``, ...).
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +24,9 @@ from typing import Any
 import gymnasium as gym
 
 from vt_envs.core.env import ToolEnv
-from vt_envs.core.tool import check_timeout
 from vt_envs.core.vector import ToolVectorEnv
-from vt_envs.errors import InvalidConfigError, UnknownKwargError, UnknownNameError
+from vt_envs.errors import InvalidConfigError, UnknownNameError
+from vt_envs.tools.builder import TOOL_ENV_KWARGS, env_builder
 
 __all__ = [
     "TOOL_ENV_KWARGS",
@@ -43,13 +43,6 @@ __all__ = [
     "registration_of",
     "shortcut_for",
 ]
-
-#: Keywords every env id accepts, forwarded to :class:`ToolEnv`.
-TOOL_ENV_KWARGS: frozenset[str] = frozenset(
-    name
-    for name, p in inspect.signature(ToolEnv.__init__).parameters.items()
-    if p.kind is inspect.Parameter.KEYWORD_ONLY
-) - {"tools", "tasks", "verifier", "instructions", "name"}
 
 
 @dataclass(frozen=True)
@@ -91,99 +84,6 @@ class EnvRegistration:
 
 
 _REGISTRY: dict[str, EnvRegistration] = {}
-_SERVER_KWARGS = frozenset({"tool_server", "tool_server_token"})
-
-
-def env_builder(
-    fn: Callable[..., ToolEnv] | None = None,
-    *,
-    fixed: Mapping[str, tuple[Any, str]] | None = None,
-    renamed: Mapping[str, str] | None = None,
-    derived: Mapping[str, str] | None = None,
-) -> Any:
-    """Make ``fn`` reject unknown keywords with a typed, helpful error.
-
-    ``fn`` must take keyword-only arguments and may end with ``**env_kwargs``,
-    which receives only the :data:`TOOL_ENV_KWARGS` it does not declare itself.
-    Every keyword that names a deadline (``*timeout_s``, ``max_episode_seconds``)
-    is checked by :func:`~vt_envs.core.tool.check_timeout` (``None`` passes to
-    ``fn``), so a NaN, infinite, zero or negative one is refused under its own
-    name, whichever domain's builder it was meant for.
-
-    Used bare (``@env_builder``) or with the common keywords the domain sets
-    itself (``@env_builder(fixed=..., renamed=...)``):
-
-    Args:
-        fixed: common keyword -> ``(value, why)``, a :data:`TOOL_ENV_KWARGS` the
-            builder passes to ``ToolEnv`` itself. Given the same value it is
-            accepted (and dropped); another value raises
-            :class:`~vt_envs.errors.InvalidConfigError` saying why.
-        renamed: common keyword -> the builder's own name for it
-            (``{"max_tool_calls": "max_searches"}``); giving both is refused.
-        derived: common keyword -> what the builder computes it from
-            (``{"verify_timeout_s": "eval_timeout_s + 30 s"}``); giving it is refused
-            with that pointer.
-    """
-    if fn is None:
-        return functools.partial(env_builder, fixed=fixed, renamed=renamed, derived=derived)
-    fixed, renamed = dict(fixed or {}), dict(renamed or {})
-    derived = dict(derived or {})
-    params = inspect.signature(fn).parameters
-    own = {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
-    forwards = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    accepted = own | (TOOL_ENV_KWARGS if forwards else set()) | set(fixed) | set(renamed)
-    accepted |= set(derived)
-    where = f"{fn.__module__}.{fn.__name__}()"
-
-    @functools.wraps(fn)
-    def build(**kwargs: Any) -> ToolEnv:
-        # tool_server= / tool_server_token= (every env id): its tools run on a tool server.
-        server, token = kwargs.pop("tool_server", None), kwargs.pop("tool_server_token", None)
-        for key in kwargs:
-            if key not in accepted | _SERVER_KWARGS:
-                raise UnknownKwargError(where, key, accepted)
-            deadline = key.endswith("timeout_s") or key == "max_episode_seconds"
-            if deadline and kwargs[key] is not None:  # (None: the builder says if it may be)
-                check_timeout(key, kwargs[key], optional=key == "max_episode_seconds")
-        for key in derived.keys() & kwargs.keys():
-            raise InvalidConfigError(
-                f"{where} computes {key} from {derived[key]}; set that instead of {key}"
-            )
-        kwargs = _resolve_domain_keywords(where, kwargs, fixed, renamed)
-        env = fn(**kwargs)
-        if server is not None:
-            from vt_envs.server.client import attach_tool_server
-
-            attach_tool_server(env, server, env_id=env.name, env_kwargs=kwargs, token=token)
-        return env
-
-    build.accepted_kwargs = frozenset(accepted | _SERVER_KWARGS)  # type: ignore[attr-defined]
-    return build
-
-
-def _resolve_domain_keywords(
-    where: str,
-    kwargs: dict[str, Any],
-    fixed: Mapping[str, tuple[Any, str]],
-    renamed: Mapping[str, str],
-) -> dict[str, Any]:
-    """``kwargs`` with the builder's fixed keywords checked and dropped, and common
-    keywords renamed to the builder's own names (see :func:`env_builder`)."""
-    kwargs = dict(kwargs)
-    for key, (value, why) in fixed.items():
-        if key in kwargs and kwargs.pop(key) != value:
-            raise InvalidConfigError(
-                f"{where} sets {key}={value!r} itself ({why}); leave {key} out or pass {value!r}"
-            )
-    for common, own in renamed.items():
-        if common in kwargs:
-            if own in kwargs:
-                raise InvalidConfigError(
-                    f"{where}: {common} and {own} are the same setting here; pass one "
-                    f"(given {common}={kwargs[common]!r}, {own}={kwargs[own]!r})"
-                )
-            kwargs[own] = kwargs.pop(common)
-    return kwargs
 
 
 def register_env(
@@ -305,7 +205,7 @@ def make_vec(
     if backend == "ray":
         from vt_envs.core.ray_backend import make_ray_vector_env
 
-        return make_ray_vector_env(env_id, num_envs, **dict(ray_options or {}), **kwargs)
+        return make_ray_vector_env(make, env_id, num_envs, **dict(ray_options or {}), **kwargs)
     if backend != "local":
         raise InvalidConfigError(f"backend must be 'local' or 'ray', got {backend!r}")
     if ray_options:

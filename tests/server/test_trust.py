@@ -322,7 +322,7 @@ def test_reply_images_are_checked_before_decoding():
     with pytest.raises(ValueError, match="pixels"):
         decode_result(reply)
     small = np.zeros((4, 4, 3), np.uint8)
-    from vt_envs.server.protocol import _png
+    from vt_envs.tools.remote.protocol import _png
 
     decoded = decode_result({"text": "", "ok": True, "images": [_png(small)]})
     assert decoded.images[0].shape == (4, 4, 3)
@@ -401,7 +401,7 @@ class _FakeServer:
 
 
 def _fake_answers() -> dict:
-    from vt_envs.server.protocol import _png
+    from vt_envs.tools.remote.protocol import _png
 
     def result(**fields):
         return ({"text": "42", "images": [], "ok": True, "error": None, "metrics": {},

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vt_envs.errors import InvalidConfigError, ResetNeededError
@@ -42,12 +42,15 @@ ACTOR_RESTART_WAIT_S = 60.0
 
 
 class _EnvActor:
-    """The Ray actor: ``count`` sub-envs of ``env_id`` in one process, stepped on its loop."""
+    """The Ray actor: ``count`` sub-envs of ``env_id`` in one process, stepped on its loop.
 
-    def __init__(self, env_id: str, kwargs: Mapping[str, Any], count: int):
-        import vt_envs
+    ``make`` arrives pickled by reference (``vt_envs.registration.make``): loading it
+    imports ``vt_envs`` in the actor's process, which registers the ids."""
 
-        self.envs = [vt_envs.make(env_id, **kwargs) for _ in range(count)]
+    def __init__(
+        self, make: Callable[..., Any], env_id: str, kwargs: Mapping[str, Any], count: int
+    ):
+        self.envs = [make(env_id, **kwargs) for _ in range(count)]
 
     async def reset(self, j: int, seed: int | None, options: Mapping[str, Any] | None):
         return await self.envs[j].areset(seed=seed, options=options)
@@ -188,6 +191,7 @@ def _portable_tokenizer(tokenizer: Any) -> Any:
 
 
 def make_ray_vector_env(
+    make: Callable[..., Any],
     env_id: str,
     num_envs: int,
     *,
@@ -199,7 +203,12 @@ def make_ray_vector_env(
 ) -> Any:
     """A :class:`ToolVectorEnv` of ``num_envs`` sub-envs of ``env_id`` in Ray actors.
 
+    ``vt_envs.make_vec(env_id, num_envs, backend="ray")`` calls this.
+
     Args:
+        make: builds one sub-env, ``make(env_id, **kwargs)``: ``vt_envs.make`` (the
+            registry is a layer above this module, so it is passed in; Ray sends it
+            to the actors by reference).
         actors: how many actors share the sub-envs (default: one per 16 sub-envs).
         max_restarts: how often Ray restarts a dead actor.
         max_concurrency: each actor's concurrent calls (default: its sub-envs + 16).
@@ -213,7 +222,6 @@ def make_ray_vector_env(
         raise InvalidConfigError(
             "backend='ray' needs Ray: pip install 'vt-envs[ray]' (or ray>=2.40)"
         ) from exc
-    import vt_envs
     from vt_envs.core.vector import ToolVectorEnv
 
     if not isinstance(num_envs, int) or num_envs < 1:
@@ -225,7 +233,7 @@ def make_ray_vector_env(
         kwargs["tokenizer"] = _portable_tokenizer(kwargs["tokenizer"])
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
-    template = vt_envs.make(env_id, **kwargs)
+    template = make(env_id, **kwargs)
     sizes = [num_envs // actors + (a < num_envs % actors) for a in range(actors)]
     remote_cls = ray.remote(_EnvActor)
     handles, first = [], 0
@@ -236,7 +244,7 @@ def make_ray_vector_env(
             max_restarts=max_restarts,
             max_task_retries=0,
             max_concurrency=max_concurrency or size + _CONCURRENCY_MARGIN,
-        ).remote(env_id, dict(kwargs), size)
+        ).remote(make, env_id, dict(kwargs), size)
         name = f"#{a}"
         handles += [RemoteSubEnv(actor, j, indices, template, name, owner=a == 0)
                     for j in range(size)]  # fmt: skip

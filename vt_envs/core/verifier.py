@@ -17,17 +17,21 @@ Either way the env gives it a deadline (``ToolEnv(verify_timeout_s=...)``):
 a verification that overruns it scores 0. A verifier that sets ``inline =
 True`` promises to be cheap and pure (a string comparison, linear in the
 answer): the env calls it directly, without a thread hop or a deadline.
+A verifier that sets ``reads_tools = True`` grades the state the episode's
+tools changed (VT-SWE-v0's hidden tests run on the working copy its bash and
+editor edited), so its tools must run in this process: such an env refuses
+``tool_server=`` and a tool server refuses to serve it (:func:`reads_tools`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from vt_envs.core.task import Task
 
-__all__ = ["ExactMatch", "Score", "Verifier"]
+__all__ = ["ExactMatch", "Score", "Verifier", "reads_tools"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,12 @@ class Verifier(Protocol):
     """Scores ``answer`` (the model's own final answer text) for ``task``."""
 
     def __call__(self, task: Task, answer: str) -> Score: ...
+
+
+def reads_tools(verifier: Any) -> bool:
+    """Whether ``verifier`` declares (``reads_tools = True``, default ``False``) that it
+    grades the state its episode's tools changed, so they cannot run elsewhere."""
+    return getattr(verifier, "reads_tools", False) is True
 
 
 class ExactMatch:

@@ -24,7 +24,7 @@ from vt_envs.core.task import GeneratedTasks, Task
 from vt_envs.core.tool import Tool, ToolResult
 from vt_envs.core.verifier import ExactMatch
 from vt_envs.errors import InvalidConfigError
-from vt_envs.registration import env_builder
+from vt_envs.tools.builder import env_builder
 
 __all__ = ["EXAMPLES", "LookupOracle", "LookupTool", "lookup_tasks", "make_lookup_env"]
 

@@ -57,9 +57,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vt_envs.core.tool import Tool, ToolResult, validate_arguments
+from vt_envs.core.verifier import reads_tools
 from vt_envs.errors import InvalidConfigError
 from vt_envs.server.config import Refused, ServerConfig
-from vt_envs.server.protocol import encode_result, prompt_digest
+from vt_envs.tools.remote.protocol import encode_result, prompt_digest
 
 __all__ = ["Busy", "ToolServer", "create_app"]
 
@@ -285,7 +286,7 @@ class ToolServer:
             logger.warning("building %s with %s failed: %r", env_id, kwargs, exc)
             raise Refused(400, f"{env_id} cannot be built with {kwargs}: "
                                f"{type(exc).__name__}: {exc}"[:1000]) from None  # fmt: skip
-        if getattr(env, "verifier_reads_tools", False):
+        if reads_tools(getattr(env, "verifier", None)):
             await env.aclose()
             raise Refused(403, f"{env_id}'s tools cannot be served remotely")
         return env

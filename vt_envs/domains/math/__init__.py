@@ -36,7 +36,7 @@ from vt_envs.domains.math.loaders import DEFAULT_HOLDOUT, load_champ, load_math_
 from vt_envs.domains.math.oracle import MathNoToolPolicy, MathOracle
 from vt_envs.domains.math.verifier import MathVerifier
 from vt_envs.errors import InvalidConfigError
-from vt_envs.registration import env_builder
+from vt_envs.tools.builder import env_builder
 
 __all__ = [
     "DIFFICULTIES",

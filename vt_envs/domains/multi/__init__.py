@@ -34,7 +34,7 @@ from vt_envs.core.task import Task
 from vt_envs.domains.multi.tasks import FAMILIES, images_of_task, multi_tasks
 from vt_envs.domains.visual.bbox import union_box
 from vt_envs.domains.visual.oracle import ZOOM_MARGIN
-from vt_envs.registration import env_builder
+from vt_envs.tools.builder import env_builder
 
 __all__ = [
     "EXAMPLES",

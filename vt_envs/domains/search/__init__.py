@@ -58,7 +58,7 @@ from vt_envs.domains.search.tasks import TASK_KINDS, candidate_tasks, search_tas
 from vt_envs.domains.search.tool import SearchTool, format_passages
 from vt_envs.domains.search.verifier import AnswerMatch, normalize_answer
 from vt_envs.errors import InvalidConfigError
-from vt_envs.registration import env_builder
+from vt_envs.tools.builder import env_builder
 
 __all__ = [
     "INDEX_KINDS",

@@ -23,7 +23,7 @@ from vt_envs.domains.sql.spider import load_spider
 from vt_envs.domains.sql.tasks import sql_tasks
 from vt_envs.domains.sql.tool import SQLTool
 from vt_envs.domains.sql.verifier import ExecutionMatch, results_match
-from vt_envs.registration import env_builder
+from vt_envs.tools.builder import env_builder
 
 __all__ = [
     "EMBEDDED_DATABASES",

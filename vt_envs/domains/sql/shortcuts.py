@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from vt_envs.core.policy import Policy
+from vt_envs.core.policy import Policy, run_episode
 from vt_envs.core.task import Task
 from vt_envs.domains.sql.databases import connect_readonly
 from vt_envs.domains.sql.execution import execute_query
@@ -153,12 +153,10 @@ def distinct_questions(split: str, size: int, database: str) -> int:
 def _score(env_kwargs: Mapping[str, Any], policy: Policy, n: int) -> float:
     import gymnasium as gym
 
-    import vt_envs
-
     env = gym.make("VT-SQL-v0", **env_kwargs)
     try:
         ids = env.unwrapped.tasks.ids()[:n]
-        rewards = [vt_envs.run_episode(env, policy, options={"task_id": i}).reward for i in ids]
+        rewards = [run_episode(env, policy, options={"task_id": i}).reward for i in ids]
     finally:
         env.close()
     return sum(rewards) / len(rewards)

@@ -39,10 +39,10 @@ from vt_envs.domains.swe.tools import SWEBashTool, SWEEditorTool, WorkspaceStore
 from vt_envs.domains.swe.verifier import HiddenTests
 from vt_envs.domains.swe.workspace import SHOWN_AS
 from vt_envs.errors import InvalidConfigError
-from vt_envs.registration import env_builder
 from vt_envs.sandbox.isolation import interpreter_paths
 from vt_envs.sandbox.policy import SYSTEM_PATHS, SandboxPolicy
 from vt_envs.tools._sandboxed import resolve
+from vt_envs.tools.builder import env_builder
 
 __all__ = [
     "INSTRUCTIONS",
@@ -298,7 +298,7 @@ def make_swe_env(
     policy = _with_python_on_path(policy, hidden)
     store = WorkspaceStore(disk_quota_mb=disk_quota_mb, max_files=max_files)
     isolation = resolve(policy, None)
-    env = ToolEnv(
+    return ToolEnv(
         tools=[
             SWEBashTool(
                 store,
@@ -327,5 +327,3 @@ def make_swe_env(
         name="VT-SWE-v0",
         **env_kwargs,
     )
-    env.verifier_reads_tools = True  # the hidden tests grade the copy bash and editor changed
-    return env

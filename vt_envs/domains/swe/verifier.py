@@ -33,6 +33,8 @@ class HiddenTests:
     saw, where the canaries go; default: every test module).
     """
 
+    reads_tools = True  # it grades the working copy the episode's bash and editor changed
+
     def __init__(
         self,
         store: WorkspaceStore,

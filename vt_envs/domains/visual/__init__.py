@@ -54,7 +54,7 @@ from vt_envs.domains.visual.tasks import (
 )
 from vt_envs.domains.visual.tools import IMAGE_TOOLS, ImageSession, ImageStore, ImageTool
 from vt_envs.errors import InvalidConfigError
-from vt_envs.registration import env_builder
+from vt_envs.tools.builder import env_builder
 
 __all__ = [
     "BBOX_FORMATS",

@@ -1,0 +1,72 @@
+"""``@env_builder``: a domain's builder function, with its keywords checked.
+
+It lives below the domains (which decorate their builders with it) and above
+the core (whose :mod:`~vt_envs.core.builder` checks the keywords); it sits with
+the tools because ``tool_server=`` swaps the built env's tools for remote ones
+(:mod:`vt_envs.tools.remote.client`). ``vt_envs.env_builder`` and
+``vt_envs.registration.env_builder`` are this one.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from vt_envs.core.builder import SERVER_KWARGS, TOOL_ENV_KWARGS, accepted_kwargs, check_kwargs
+from vt_envs.core.env import ToolEnv
+
+__all__ = ["TOOL_ENV_KWARGS", "env_builder"]
+
+
+def env_builder(
+    fn: Callable[..., ToolEnv] | None = None,
+    *,
+    fixed: Mapping[str, tuple[Any, str]] | None = None,
+    renamed: Mapping[str, str] | None = None,
+    derived: Mapping[str, str] | None = None,
+) -> Any:
+    """Make ``fn`` reject unknown keywords with a typed, helpful error.
+
+    ``fn`` must take keyword-only arguments and may end with ``**env_kwargs``,
+    which receives only the :data:`TOOL_ENV_KWARGS` it does not declare itself.
+    Every keyword that names a deadline (``*timeout_s``, ``max_episode_seconds``)
+    is checked by :func:`~vt_envs.core.tool.check_timeout` (``None`` passes to
+    ``fn``), so a NaN, infinite, zero or negative one is refused under its own
+    name, whichever domain's builder it was meant for.
+
+    Used bare (``@env_builder``) or with the common keywords the domain sets
+    itself (``@env_builder(fixed=..., renamed=...)``):
+
+    Args:
+        fixed: common keyword -> ``(value, why)``, a :data:`TOOL_ENV_KWARGS` the
+            builder passes to ``ToolEnv`` itself. Given the same value it is
+            accepted (and dropped); another value raises
+            :class:`~vt_envs.errors.InvalidConfigError` saying why.
+        renamed: common keyword -> the builder's own name for it
+            (``{"max_tool_calls": "max_searches"}``); giving both is refused.
+        derived: common keyword -> what the builder computes it from
+            (``{"verify_timeout_s": "eval_timeout_s + 30 s"}``); giving it is refused
+            with that pointer.
+    """
+    if fn is None:
+        return functools.partial(env_builder, fixed=fixed, renamed=renamed, derived=derived)
+    rules = {"fixed": dict(fixed or {}), "renamed": dict(renamed or {}),
+             "derived": dict(derived or {})}  # fmt: skip
+    accepted = accepted_kwargs(fn, **rules)
+    where = f"{fn.__module__}.{fn.__name__}()"
+
+    @functools.wraps(fn)
+    def build(**kwargs: Any) -> ToolEnv:
+        # tool_server= / tool_server_token= (every env id): its tools run on a tool server.
+        server, token = kwargs.pop("tool_server", None), kwargs.pop("tool_server_token", None)
+        kwargs = check_kwargs(where, kwargs, accepted, **rules)
+        env = fn(**kwargs)
+        if server is not None:
+            from vt_envs.tools.remote.client import attach_tool_server
+
+            attach_tool_server(env, server, env_id=env.name, env_kwargs=kwargs, token=token)
+        return env
+
+    build.accepted_kwargs = accepted | SERVER_KWARGS  # type: ignore[attr-defined]
+    return build
