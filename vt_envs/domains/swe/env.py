@@ -34,10 +34,9 @@ from typing import Any
 from vt_envs.core.env import ToolEnv
 from vt_envs.core.task import Task, TaskList, TaskSource
 from vt_envs.domains.swe.evaluation import DEFAULT_CHILDREN
-from vt_envs.domains.swe.files import SafeRoot
 from vt_envs.domains.swe.tools import SWEBashTool, SWEEditorTool, WorkspaceStore
 from vt_envs.domains.swe.verifier import HiddenTests
-from vt_envs.domains.swe.workspace import SHOWN_AS
+from vt_envs.domains.swe.workspace import SHOWN_AS, with_layout
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.isolation import interpreter_paths
 from vt_envs.sandbox.policy import SYSTEM_PATHS, SandboxPolicy
@@ -60,23 +59,6 @@ INSTRUCTIONS = (
     "Hidden tests will check your change. When you are done, submit a one-line summary of "
     "your change, for example <submit>fixed the off-by-one in parse()</submit>."
 )
-
-
-def with_layout(task: Task, *, max_entries: int = 200) -> Task:
-    """``task`` with the repository's layout (two levels deep) appended to its prompt."""
-    files = SafeRoot(task.assets["repo"], shown_as=SHOWN_AS)
-    entries = [e for e in files.walk(max_depth=2) if not e.path.split("/")[-1].startswith(".")]
-    lines = [files.shown(e.path) + ("/" if e.is_dir else "") for e in entries[:max_entries]]
-    if len(entries) > max_entries:
-        lines.append(f"... ({len(entries) - max_entries} more)")
-    layout = "\n".join(lines)
-    return Task(
-        task.id,
-        f"{task.prompt}\n\nRepository layout ({SHOWN_AS}):\n{layout}",
-        task.gold,
-        task.metadata,
-        task.assets,
-    )
 
 
 def _with_python_on_path(policy: SandboxPolicy, hidden: Sequence[str]) -> SandboxPolicy:

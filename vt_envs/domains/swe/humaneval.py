@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from vt_envs.core.task import GeneratedTasks, Task
-from vt_envs.domains.swe.env import with_layout
 from vt_envs.domains.swe.tasks import git_init, swe_cache_dir
+from vt_envs.domains.swe.workspace import with_layout
 from vt_envs.errors import InvalidConfigError
 
 __all__ = ["HELD_OUT_EVERY", "humaneval_available", "humaneval_tasks", "load_problems"]

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vt_envs.core.task import TaskList
-from vt_envs.domains.swe.env import with_layout
 from vt_envs.domains.swe.mutants import MutantTask, build_tasks, split_tasks
 from vt_envs.domains.swe.mutations import Mutation
 from vt_envs.domains.swe.tasks import materialize, swe_cache_dir
 from vt_envs.domains.swe.validated import find_shipped
+from vt_envs.domains.swe.workspace import with_layout
 from vt_envs.errors import InvalidConfigError
 
 __all__ = [

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from vt_envs.core.task import Task, TaskList
-from vt_envs.domains.swe.env import with_layout
 from vt_envs.domains.swe.tasks import git_init, swe_cache_dir
+from vt_envs.domains.swe.workspace import with_layout
 from vt_envs.errors import DatasetFormatError, InvalidConfigError
 
 __all__ = ["REQUIRED_FIELDS", "UnsupportedTestIdError", "check_test_id", "load_swebench"]

@@ -37,11 +37,12 @@ import time
 import weakref
 from pathlib import Path
 
+from vt_envs.core.task import Task
 from vt_envs.domains.swe.files import DIR_MODE, FILE_MODE, SafeRoot
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.volume import PAGE_SIZE, Volume, VolumeFullError
 
-__all__ = ["DISK_QUOTA_MB", "MAX_FILES", "SHOWN_AS", "Workspace", "empty_volume"]
+__all__ = ["DISK_QUOTA_MB", "MAX_FILES", "SHOWN_AS", "Workspace", "empty_volume", "with_layout"]
 
 #: Where the agent sees its working copy.
 SHOWN_AS = "/tmp/repo"
@@ -205,3 +206,20 @@ def _remove_tree(path: str) -> None:
         subprocess.run([rm, "-rf", "--one-file-system", path], capture_output=True, check=False)
     if os.path.lexists(path):
         shutil.rmtree(path, ignore_errors=True)
+
+
+def with_layout(task: Task, *, max_entries: int = 200) -> Task:
+    """``task`` with the repository's layout (two levels deep) appended to its prompt."""
+    files = SafeRoot(task.assets["repo"], shown_as=SHOWN_AS)
+    entries = [e for e in files.walk(max_depth=2) if not e.path.split("/")[-1].startswith(".")]
+    lines = [files.shown(e.path) + ("/" if e.is_dir else "") for e in entries[:max_entries]]
+    if len(entries) > max_entries:
+        lines.append(f"... ({len(entries) - max_entries} more)")
+    layout = "\n".join(lines)
+    return Task(
+        task.id,
+        f"{task.prompt}\n\nRepository layout ({SHOWN_AS}):\n{layout}",
+        task.gold,
+        task.metadata,
+        task.assets,
+    )
