@@ -170,12 +170,17 @@ def test_ctrl_c_at_any_moment_never_leaves_the_loop_claimed():
         async def noop():
             return 1
         rng = random.Random(0)
+        swallowed = 0
         for trial in range(3000):
             timer = threading.Timer(rng.uniform(0, 0.003), os.kill, (os.getpid(), signal.SIGINT))
             try:
                 timer.start()
-                while True:
+                deadline = time.monotonic() + 5.0
+                while time.monotonic() < deadline:
                     loop.run_sync(noop(), method="step", async_method="astep")
+                # Python itself drops a KeyboardInterrupt raised inside a weakref callback
+                # or __del__ ("Exception ignored in ..."): not the loop's doing, but rare.
+                swallowed += 1
             except KeyboardInterrupt:
                 pass
             while True:
@@ -185,6 +190,7 @@ def test_ctrl_c_at_any_moment_never_leaves_the_loop_claimed():
                 except KeyboardInterrupt:
                     pass
             assert loop._driver is None, f"trial {trial}: still claimed"
+        assert swallowed <= 30, f"{swallowed} of 3000 interrupts never reached the caller"
         assert loop.run_sync(noop(), method="step", async_method="astep") == 1
         result = {}
         other = threading.Thread(
