@@ -87,6 +87,46 @@ async def test_prompts_admitted_together_prefill_their_shared_prefix_once(model,
     assert fresh.prefill_tokens == sum(len(p) for prompts, _ in theirs for p in prompts)
 
 
+async def idle(engine: HFEngine) -> None:
+    """Wait until the engine's worker has returned, so the next requests sent together
+    are admitted together (not split by a worker that is just finishing)."""
+    if engine._worker is not None:
+        await engine._worker
+
+
+@pytest.mark.asyncio
+async def test_a_group_continuing_one_kept_entry_prefills_only_past_it(model):
+    """Greedy samples of one task send the same next prompt at once. What they share
+    past their kept entry is prefilled once only when it is long (a long observation),
+    and then from the end of the kept entry, not from the first token; the engine's
+    count is the rows' counts plus that shared part (red-checked: seeding from the
+    first token counted the kept part again)."""
+    first = [(5 * i) % 40 + 2 for i in range(20)]
+    params = SamplingParams(max_new_tokens=4, temperature=0.0)
+    cached = HFEngine(model, TOK, max_batch_size=8)
+    fresh = HFEngine(model, TOK, max_batch_size=8, prefix_cache_mb=0)
+    short, long = [11, 12, 13], [(3 * i) % 30 + 50 for i in range(20)]
+    prompt, kept, generated = first, 0, []
+    for turn, observation in enumerate([None, short, long]):
+        if observation is not None:
+            kept = len(prompt) + len(generated) - 1
+            prompt = prompt + generated + observation
+        await idle(cached)
+        before = cached.prefill_tokens
+        ours = await asyncio.gather(*[cached.generate(prompt, params) for _ in range(4)])
+        theirs = await asyncio.gather(*[fresh.generate(prompt, params) for _ in range(4)])
+        for a, b in zip(ours, theirs):
+            assert a.token_ids == b.token_ids
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        rows = sum(g.metrics["prefill_tokens"] for g in ours)
+        shared = len(prompt) - 1 - kept  # past the kept entry, shared by all four
+        seeded = shared if shared >= 16 else 0
+        assert [g.metrics["cached_tokens"] for g in ours] == [kept + seeded] * 4, turn
+        assert cached.prefill_tokens - before == seeded + rows, turn
+        generated = ours[0].token_ids
+    assert seeded == len(long)  # the last turn seeded the long observation's part
+
+
 def kept_length(prompt: list[int], kept: list[list[int]]) -> int:
     """How many leading ids of ``prompt`` the longest-matching kept sequence covers
     (at least one id is left to prefill)."""

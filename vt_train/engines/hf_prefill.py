@@ -54,15 +54,32 @@ class _Prefills:
         shared = _common_prefix_length(prompts)
         shared = min(shared, min(len(p) for p in prompts) - 1)  # a token left for logits
         hit = self._prefix.lookup(prompts[0])
-        if shared < _MIN_SHARED_PREFIX or (hit is not None and hit[0] >= shared):
+        kept = min(hit[0], shared) if hit is not None else 0
+        # Worth a forward only when the uncovered part is long: rows of one task that
+        # continue the same kept entry (greedy samples of a group) share just the turn's
+        # new tokens, which each prefills cheaply after the kept part anyway.
+        if shared - kept < _MIN_SHARED_PREFIX:
             return
         ids = prompts[0][:shared]
-        inputs = torch.tensor([ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=inputs, use_cache=True, logits_to_keep=1)
-        self.prefill_tokens += shared
+        # Plain layers: they concatenate, so the kept entry's tensors are only read.
+        cache = DynamicCache(config=self.model.config)
+        if any(type(layer) is not DynamicLayer for layer in cache.layers):
+            return  # sliding windows keep only part of the sequence
+        if kept and self.vision:
+            return  # multimodal rotary positions are not a plain range past the kept part
+        if kept:
+            assert hit is not None
+            for layer, (keys, values) in zip(cache.layers, hit[1].head(kept)):
+                _hold(layer, keys, values, kept)
+        inputs = torch.tensor([ids[kept:]], dtype=torch.long, device=self.device)
+        positions = torch.arange(kept, shared, device=self.device).unsqueeze(0) if kept else None
+        out = self.model(
+            input_ids=inputs, position_ids=positions, past_key_values=cache, use_cache=True,
+            logits_to_keep=1,
+        )  # fmt: skip
+        self.prefill_tokens += shared - kept
+        self.cached_tokens += kept
         layers = out.past_key_values.layers
-        if any(type(layer) is not DynamicLayer for layer in layers):
-            return
         self._prefix.store(ids, [(layer.keys, layer.values) for layer in layers])
 
     def _prefill(self, rows: list[_Row]) -> _Batch:
