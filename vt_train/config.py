@@ -160,7 +160,7 @@ class RolloutConfig:
         sync_check: after each weight sync, score a probe with the engine and
             the trainer and log the logprob gap (``sync/*``); a gross gap
             (stale or wrong weights) raises ``WeightSyncError``.
-        sync_mean_tol / sync_max_tol: the gap that counts as gross, in mean and
+        sync_mean_tol, sync_max_tol: the gap that counts as gross, in mean and
             max |logprob difference|; ``None`` picks them by the training
             dtype (fp32: 1e-3 / 5e-2; bf16, where ~0.1 on single tokens is
             normal: 0.1 / 2.0).
