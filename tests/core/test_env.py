@@ -271,31 +271,38 @@ def test_json_action_format_prompt_lists_function_specs():
     assert info["message"]["content"] == "j"
 
 
-def test_an_inline_verifier_runs_on_the_loop_and_a_plain_one_in_a_thread():
+def test_a_cheap_verifier_runs_on_the_loop_and_any_other_in_a_thread():
     from vt_envs.core.loop import on_library_loop
 
     seen: dict[str, bool] = {}
 
     class Recording(ExactMatch):
-        def __init__(self, name: str, inline: bool):
+        def __init__(self, name: str):
             super().__init__()
-            self.name, self.inline = name, inline
+            self.name = name
 
-        def __call__(self, task, answer):
+        def score(self, task, answer):
             seen[self.name] = on_library_loop()
-            return super().__call__(task, answer)
+            return super().score(task, answer)
 
-    for name, inline in (("inline", True), ("threaded", False)):
+    class Threaded(Recording):
+        cheap = False
+
+    def plain(task, answer):
+        seen["function"] = on_library_loop()
+        return ExactMatch().score(task, answer)
+
+    for verifier in (Recording("cheap"), Threaded("threaded"), plain):
         env = ToolEnv(
             tools=[EchoTool(timeout_s=2.0)],
             tasks=make_tasks(),
-            verifier=Recording(name, inline),
+            verifier=verifier,
             instructions="Answer.",
         )
         env.reset(options={"task_id": "t3"})
         assert env.step("<answer>21</answer>")[1] == 1.0
         env.close()
-    assert seen == {"inline": True, "threaded": False}
+    assert seen == {"cheap": True, "threaded": False, "function": False}
 
 
 @pytest.mark.parametrize("keyword", ["max_episode_seconds", "verify_timeout_s"])

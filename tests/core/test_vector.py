@@ -82,10 +82,10 @@ def test_seed_list_must_match_num_envs():
 class _BoomVerifier(vt_envs.ExactMatch):
     """Raises on the answer "boom" (an infrastructure failure inside one sub-env)."""
 
-    def __call__(self, task, answer):
+    def score(self, task, answer):
         if answer == "boom":
             raise RuntimeError("verifier crashed")
-        return super().__call__(task, answer)
+        return super().score(task, answer)
 
 
 def _boom_envs(n: int = 3):

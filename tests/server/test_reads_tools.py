@@ -11,7 +11,6 @@ import pytest
 
 import vt_envs
 from vt_envs import ExactMatch, Task, TaskList, ToolEnv, env_builder, register_env
-from vt_envs.core.verifier import reads_tools
 from vt_envs.domains.swe.verifier import HiddenTests
 from vt_envs.errors import InvalidConfigError
 from vt_envs.registration import _REGISTRY
@@ -41,9 +40,12 @@ def env_id():
 
 
 def test_the_declaration_is_read_from_the_verifier():
-    assert reads_tools(HiddenTests) and reads_tools(_ReadsTools())
-    assert not reads_tools(ExactMatch()) and not reads_tools(None)
-    assert not reads_tools(type("Truthy", (), {"reads_tools": "yes"})())  # a bool, declared
+    assert HiddenTests.reads_tools and _ReadsTools().reads_tools
+    assert not ExactMatch().reads_tools
+    env = ToolEnv(tools=[], tasks=TaskList([Task("t0", "Say hi.", "hi")]), instructions="",
+                  verifier=lambda task, answer: vt_envs.Score(1.0))  # fmt: skip
+    assert not env.verifier.reads_tools  # a plain function reads no tools
+    env.close()
 
 
 def test_an_env_whose_verifier_reads_tools_refuses_a_tool_server(env_id):

@@ -38,7 +38,7 @@ from vt_envs.core.spaces import ImageSequence, UnicodeText, token_sequence_space
 from vt_envs.core.task import Task, TaskSource
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
 from vt_envs.core.tool import Tool, check_timeout
-from vt_envs.core.verifier import Verifier
+from vt_envs.core.verifier import Verifier, as_verifier
 from vt_envs.errors import InvalidConfigError
 
 __all__ = ["OBSERVATION_FORMATS", "RewardConfig", "ToolEnv"]
@@ -115,7 +115,8 @@ class ToolEnv(ToolEnvCore):
     Args:
         tools: the tools the agent may call (their sessions are opened at reset).
         tasks: the task source the env draws from with its seeded RNG.
-        verifier: ``(task, answer_text) -> Score``.
+        verifier: a :class:`~vt_envs.core.verifier.Verifier`, or a function
+            ``(task, answer_text) -> Score`` (scored in a thread).
         instructions: the domain's system-prompt text; tool descriptions and
             the answer format are appended.
         tokenizer: ``None`` (the shipped default), a Hugging Face tokenizer, a
@@ -310,9 +311,22 @@ class ToolEnv(ToolEnvCore):
         self._transcript: list[str] = []
         self._closed = False
         self._step_limit: int | None = None
-        self._live = OpenSessions(self.tools, verifier)
+        self._live = OpenSessions(self.tools, self.verifier)
         # Dropped without close(): still release the sandboxes and connections.
         self._finalizer = weakref.finalize(self, release_abandoned, self._live)
+
+    @property
+    def verifier(self) -> Verifier:
+        """The env's :class:`~vt_envs.core.verifier.Verifier` (a function assigned
+        here is wrapped by :func:`~vt_envs.core.verifier.as_verifier`)."""
+        return self._verifier
+
+    @verifier.setter
+    def verifier(self, verifier: Any) -> None:
+        self._verifier = as_verifier(verifier)
+        live = getattr(self, "_live", None)
+        if live is not None:  # the one the env closes
+            live.verifier = self._verifier
 
     # ------------------------------------------------------------------ API
 

@@ -132,7 +132,7 @@ class OpenSessions:
         """Close the open sessions, then the tools and the verifier themselves."""
         await self.aclose()
         closers = [tool.aclose() for tool in self.tools.values()]
-        if hasattr(self.verifier, "aclose"):
+        if self.verifier is not None:
             closers.append(self.verifier.aclose())
         await asyncio.gather(*closers)
 

@@ -9,6 +9,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from vt_envs.core.episode import Episode
@@ -84,25 +85,16 @@ async def verify(
     """``verifier``'s score of ``answer``, under the ``timeout_s`` deadline (overrun: 0,
     with ``parts["timeout"] = 1``).
 
-    An ``inline`` verifier is called right here; any other runs off the event loop
-    (its ``averify`` coroutine, else a thread), so a slow one never stalls the other
-    episodes on the loop. A verifier with ``uses_tool_sessions`` gets the episode's
-    open ``sessions`` (name -> ``(tool, session)``) as ``averify(..., sessions=)``.
+    The verifier gets the episode's open ``sessions`` with their tools, read-only
+    (:data:`~vt_envs.core.verifier.EpisodeTools`). A ``cheap`` one is awaited right
+    here, with no deadline; any other runs as its own task under the deadline (its
+    default ``averify`` scores in a thread), so a slow one never stalls the other
+    episodes on the loop.
     """
-    if getattr(verifier, "inline", False):  # cheap and pure: no thread, no deadline
-        return verifier(task, answer)
-    averify = getattr(verifier, "averify", None)
-    # Off the event loop either way: a slow verifier (math-verify, SQL
-    # execution) must not stall the other episodes sharing this loop.
-    if averify is not None and getattr(verifier, "uses_tool_sessions", False):
-        # It may grade inside the episode's own tool sessions (SQL: the worker
-        # that already holds the episode's results), which are still open here.
-        open_sessions = {n: (tools[n], s) for n, s in sessions.items()}
-        running = asyncio.ensure_future(averify(task, answer, sessions=open_sessions))
-    elif averify is not None:
-        running = asyncio.ensure_future(averify(task, answer))
-    else:
-        running = asyncio.ensure_future(asyncio.to_thread(verifier, task, answer))
+    episode_tools = MappingProxyType({n: (tools[n], s) for n, s in sessions.items()})
+    if verifier.cheap:
+        return await verifier.averify(task, answer, episode_tools)
+    running = asyncio.ensure_future(verifier.averify(task, answer, episode_tools))
     try:
         done, _ = await asyncio.wait({running}, timeout=timeout_s)
     except BaseException:

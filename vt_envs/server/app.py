@@ -57,7 +57,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vt_envs.core.tool import Tool, ToolResult, validate_arguments
-from vt_envs.core.verifier import reads_tools
 from vt_envs.errors import InvalidConfigError
 from vt_envs.server.config import Refused, ServerConfig
 from vt_envs.tools.remote.protocol import encode_result, prompt_digest
@@ -286,7 +285,7 @@ class ToolServer:
             logger.warning("building %s with %s failed: %r", env_id, kwargs, exc)
             raise Refused(400, f"{env_id} cannot be built with {kwargs}: "
                                f"{type(exc).__name__}: {exc}"[:1000]) from None  # fmt: skip
-        if reads_tools(getattr(env, "verifier", None)):
+        if getattr(env, "verifier", None) is not None and env.verifier.reads_tools:
             await env.aclose()
             raise Refused(403, f"{env_id}'s tools cannot be served remotely")
         return env

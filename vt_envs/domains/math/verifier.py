@@ -39,7 +39,7 @@ from fractions import Fraction
 
 from vt_envs.core.task import Task
 from vt_envs.core.tool import check_timeout
-from vt_envs.core.verifier import Score
+from vt_envs.core.verifier import NO_TOOLS, EpisodeTools, Score, Verifier
 from vt_envs.errors import InvalidConfigError
 
 __all__ = [
@@ -237,7 +237,7 @@ def shutdown_worker() -> None:
 atexit.register(shutdown_worker)
 
 
-class MathVerifier:
+class MathVerifier(Verifier):
     """Scores a model's final math answer against ``task.gold`` (1.0 equivalent, else 0.0).
 
     Args:
@@ -258,12 +258,12 @@ class MathVerifier:
         self.float_rounding = float_rounding
         self.fast_path = fast_path
 
-    def __call__(self, task: Task, answer: str) -> Score:
+    def score(self, task: Task, answer: str) -> Score:
         verdict, detail = self.compare(str(task.gold), answer)
         value = float(verdict)
         return Score(value, {"correct": value}, detail)
 
-    async def averify(self, task: Task, answer: str) -> Score:
+    async def averify(self, task: Task, answer: str, tools: EpisodeTools = NO_TOOLS) -> Score:
         """The env's entry point: the exact path inline (string work, no thread hop);
         only an answer it cannot decide goes to math-verify, in a thread."""
         gold, given = extract_final_answer(str(task.gold)), extract_final_answer(answer)
@@ -271,7 +271,7 @@ class MathVerifier:
         if not given or (self.fast_path and verdict is not None):
             value = float(bool(verdict))
             return Score(value, {"correct": value}, "exact" if given else "no answer")
-        return await asyncio.to_thread(self, task, answer)
+        return await asyncio.to_thread(self.score, task, answer)
 
     def equivalent(self, gold: str, answer: str) -> bool:
         """Whether ``answer`` is mathematically equivalent to ``gold``."""

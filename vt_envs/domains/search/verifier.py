@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vt_envs.core.task import Task
-from vt_envs.core.verifier import Score
+from vt_envs.core.verifier import Score, Verifier
 from vt_envs.errors import InvalidConfigError
 
 __all__ = [
@@ -78,18 +78,18 @@ def token_f1(answer: str, golds: Sequence[str]) -> float:
     return best
 
 
-class AnswerMatch:
+class AnswerMatch(Verifier):
     """Scores an answer by ``metric`` (``"em"`` default, ``"f1"``, ``"substring_em"``);
     every metric is reported in the score's parts."""
 
-    inline = True  # string normalization and token overlap: the env calls it directly
+    cheap = True  # string normalization and token overlap
 
     def __init__(self, metric: str = "em"):
         if metric not in METRICS:
             raise InvalidConfigError(f"metric must be one of {METRICS}, got {metric!r}")
         self.metric = metric
 
-    def __call__(self, task: Task, answer: str) -> Score:
+    def score(self, task: Task, answer: str) -> Score:
         golds = golds_of(task.gold)
         parts = {
             "em": exact_match(answer, golds),

@@ -19,13 +19,11 @@ only error kinds and row counts.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
-from vt_envs.core.loop import run_sync
 from vt_envs.core.task import Task
 from vt_envs.core.tool import check_timeout
-from vt_envs.core.verifier import Score
+from vt_envs.core.verifier import NO_TOOLS, EpisodeTools, Score, Verifier
 from vt_envs.domains.sql.results import extract_sql, has_top_level_order_by, results_match
 from vt_envs.domains.sql.tool import (
     KILL_MARGIN_S,
@@ -46,7 +44,7 @@ __all__ = [
 ]
 
 
-class ExecutionMatch:
+class ExecutionMatch(Verifier):
     """The VT-SQL verifier: execute the answer and the gold, compare the results.
 
     ``task.gold`` is the gold SQL; ``task.assets["db_path"]`` the DuckDB file.
@@ -88,19 +86,15 @@ class ExecutionMatch:
         service = service_spec("vt_envs.domains.sql.worker", worker_options(self.isolation.policy))
         self._workers = ServicePool(self.isolation, service, max_per_key=workers)
 
-    #: The env passes the episode's tool sessions to :meth:`averify`.
-    uses_tool_sessions = True
-
     async def averify(
         self,
         task: Task,
         answer: str,
-        *,
-        sessions: Mapping[str, tuple[Any, Any]] | None = None,
+        tools: EpisodeTools = NO_TOOLS,
     ) -> Score:
         """Score ``answer`` against ``task``'s gold, in a sandboxed worker.
 
-        With ``sessions`` (the running episode's, passed by the env) holding
+        With ``tools`` (the running episode's, passed by the env) holding
         a local :class:`SQLTool` session on the task's database, the answer
         is graded in that episode's worker: if the episode already ran the
         answer's exact SQL and kept its complete result, it is graded on the
@@ -121,7 +115,7 @@ class ExecutionMatch:
             "abs_tol": self.abs_tol,
         }
         deadline = 2 * self.timeout_s + KILL_MARGIN_S
-        episode = _episode_session(sessions, db)
+        episode = _episode_session(tools, db)
         try:
             if episode is not None:
                 tool, session = episode
@@ -142,19 +136,14 @@ class ExecutionMatch:
             return Score(0.0, {"correct": 0.0, "executed": 0.0}, "the SQL session was closed")
         return _score(reply)
 
-    def __call__(self, task: Task, answer: str) -> Score:
-        return run_sync(self.averify(task, answer), method="ExecutionMatch", async_method="averify")
-
     async def aclose(self) -> None:
         """Stop every worker (idempotent)."""
         await self._workers.aclose()
 
 
-def _episode_session(
-    sessions: Mapping[str, tuple[Any, Any]] | None, db: str
-) -> tuple[SQLTool, dict[str, Any]] | None:
+def _episode_session(tools: EpisodeTools, db: str) -> tuple[SQLTool, dict[str, Any]] | None:
     """The episode's local SQL tool and its open session on ``db``, if it has one."""
-    for tool, session in (sessions or {}).values():
+    for tool, session in tools.values():
         if (
             isinstance(tool, SQLTool)
             and isinstance(session, dict)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vt_envs.core.task import Task
-from vt_envs.core.verifier import Score
+from vt_envs.core.verifier import NO_TOOLS, EpisodeTools, Score, Verifier
 from vt_envs.domains.swe.evaluation import DEFAULT_CHILDREN, run_hidden_tests
 from vt_envs.domains.swe.files import PathError
 from vt_envs.domains.swe.tools import WorkspaceStore
@@ -24,7 +24,7 @@ from vt_envs.sandbox.isolation import Isolation
 __all__ = ["HiddenTests"]
 
 
-class HiddenTests:
+class HiddenTests(Verifier):
     """Grades the episode's working copy (from ``store``) against the task's tests.
 
     Task assets used: ``pristine`` (the repository with the hidden tests),
@@ -47,7 +47,7 @@ class HiddenTests:
         self.store, self.isolation = store, isolation
         self.partial_credit, self.timeout_s, self.children = partial_credit, timeout_s, children
 
-    async def averify(self, task: Task, answer: str) -> Score:
+    async def averify(self, task: Task, answer: str, tools: EpisodeTools = NO_TOOLS) -> Score:
         workspace = self.store.current(task)
         if workspace is None:
             return Score(0.0, {"no_workspace": 1.0}, "the episode's working copy is gone")

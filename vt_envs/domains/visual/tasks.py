@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 from vt_envs.core.task import GeneratedTasks, Task
-from vt_envs.core.verifier import Score
+from vt_envs.core.verifier import Score, Verifier
 from vt_envs.domains.visual.ops import as_image_array
 from vt_envs.domains.visual.scenes import (
     SCENE_KINDS,
@@ -187,13 +187,13 @@ def _normalize(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
-class ChoiceMatch:
+class ChoiceMatch(Verifier):
     """Scores a letter (``"B"``, ``"(B)"``, ``"B) blue"``) or an option's text against the gold
     letter; in the open form, the normalized answer against the gold text."""
 
-    inline = True  # a letter or a normalized string compared: the env calls it directly
+    cheap = True  # a letter or a normalized string compared
 
-    def __call__(self, task: Task, answer: str) -> Score:
+    def score(self, task: Task, answer: str) -> Score:
         choices = list(task.assets.get("choices", ()))
         gold = str(task.gold)
         if choices:

@@ -42,7 +42,6 @@ from typing import Any
 
 from vt_envs.core.builder import TOOL_ENV_KWARGS
 from vt_envs.core.tool import Tool, ToolResult
-from vt_envs.core.verifier import reads_tools
 from vt_envs.errors import InvalidConfigError, ToolServerRefusedError
 from vt_envs.tools.remote.protocol import ERROR_KINDS, decode_result, task_ref
 
@@ -378,7 +377,7 @@ def attach_tool_server(
             ``reads_tools``: VT-SWE-v0 grades the working copy its bash and editor
             changed), which a remote tool keeps on the server.
     """
-    if reads_tools(getattr(env, "verifier", None)):
+    if getattr(env, "verifier", None) is not None and env.verifier.reads_tools:
         raise InvalidConfigError(
             f"{env_id} cannot use tool_server=: its verifier reads the state its tools "
             "changed (the working copy), which would live on the server; run it locally"
