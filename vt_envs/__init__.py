@@ -11,6 +11,8 @@
 ``vt_envs`` imports without torch, vLLM or DeepSpeed.
 """
 
+import warnings as _warnings
+
 from vt_envs.checker import check
 from vt_envs.core.env import RewardConfig, ToolEnv
 from vt_envs.core.observation_encoder import ObservationEncoder
@@ -22,6 +24,7 @@ from vt_envs.core.tool import Tool, ToolResult, tool_registry
 from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.core.verifier import ExactMatch, Score, Verifier
 from vt_envs.core.wrappers import install as _install_async_wrappers
+from vt_envs.keywords import Keyword, keywords
 from vt_envs.registration import (
     baseline_for,
     env_builder,
@@ -43,6 +46,7 @@ __all__ = [
     "EpisodeResult",
     "ExactMatch",
     "GeneratedTasks",
+    "Keyword",
     "ObservationEncoder",
     "OraclePolicy",
     "ParseResult",
@@ -63,6 +67,7 @@ __all__ = [
     "baseline_for",
     "check",
     "env_builder",
+    "keywords",
     "load_tokenizer",
     "make",
     "make_mixture",
@@ -77,6 +82,11 @@ __all__ = [
 ]
 
 _install_async_wrappers()
+# `python -m vt_envs.keywords` (the keyword reference's generator) runs a module this
+# package has imported for its exports; runpy warns about that, harmlessly here.
+_warnings.filterwarnings(
+    "ignore", message="'vt_envs.keywords' found in sys.modules", category=RuntimeWarning
+)
 
 register_env(
     "VT-Lookup-v0",

@@ -32,6 +32,7 @@ __all__ = [
     "TOOL_ENV_KWARGS",
     "EnvRegistration",
     "baseline_for",
+    "builder_of",
     "env_builder",
     "make",
     "make_mixture",
@@ -139,6 +140,13 @@ def registration_of(env_id: str) -> EnvRegistration:
     return _lookup(env_id)
 
 
+def builder_of(env_id: str) -> Callable[..., ToolEnv]:
+    """The builder function of ``env_id`` (its ``"module:function"`` imported), as
+    :func:`make` calls it; raises :class:`~vt_envs.errors.UnknownNameError` as
+    :func:`registration_of` does."""
+    return _load(_lookup(env_id).builder)
+
+
 def _lookup(env_id: str) -> EnvRegistration:
     module, sep, short = env_id.rpartition(":")
     if sep and module:  # "my_pkg.envs:MyOrg/Env-v0", as gym.make reads it
@@ -179,7 +187,7 @@ def make(env_id: str | gym.envs.registration.EnvSpec, **kwargs: Any) -> ToolEnv:
         env_id = env_id.id
     registration = _lookup(env_id)
     built_with = {**registration.kwargs, **kwargs}
-    env = _load(registration.builder)(**built_with)
+    env = builder_of(registration.id)(**built_with)
     env.spec = dataclasses.replace(gym.spec(registration.id), kwargs=built_with)
     return env
 

@@ -142,8 +142,21 @@ def make_lookup_env(
     examples: Any = None,
     **env_kwargs: Any,
 ) -> ToolEnv:
-    """Build VT-Lookup-v0. ``tool_delay_s`` adds latency to each lookup (tests, benchmarks);
-    ``examples=None`` shows :data:`EXAMPLES` before the task, ``[]`` none."""
+    """Build VT-Lookup-v0: look the prompt's key up with the ``lookup`` tool, answer its value.
+
+    Args:
+        split: ``"train"`` (10,000 tasks) or ``"test"`` (500, drawn from another
+            random stream: held-out tables and questions).
+        num_keys: entries in each task's table (the tool reads it; the prompt does
+            not show it).
+        key_digits, value_digits: how many digits the keys and the values have.
+        tool_delay_s: latency added to each lookup (tests, benchmarks).
+        examples: worked examples before the task (``None``: :data:`EXAMPLES`;
+            ``[]``: none).
+
+    Other :class:`ToolEnv` keywords (``max_turns``, ``observation_format``, ...) pass
+    through.
+    """
     return ToolEnv(
         tools=[LookupTool(delay_s=tool_delay_s)],
         tasks=lookup_tasks(

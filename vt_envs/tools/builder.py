@@ -36,7 +36,9 @@ def env_builder(
     name, whichever domain's builder it was meant for.
 
     Used bare (``@env_builder``) or with the common keywords the domain sets
-    itself (``@env_builder(fixed=..., renamed=...)``):
+    itself (``@env_builder(fixed=..., renamed=...)``). The built function keeps what it
+    accepts as ``accepted_kwargs`` and these rules as ``keyword_rules``
+    (``{"fixed": ..., "renamed": ..., "derived": ...}``):
 
     Args:
         fixed: common keyword -> ``(value, why)``, a :data:`TOOL_ENV_KWARGS` the
@@ -69,4 +71,6 @@ def env_builder(
         return env
 
     build.accepted_kwargs = accepted | SERVER_KWARGS  # type: ignore[attr-defined]
+    # The rules as data, for the keyword reference (vt_envs.keywords).
+    build.keyword_rules = rules  # type: ignore[attr-defined]
     return build

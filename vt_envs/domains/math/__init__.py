@@ -170,7 +170,14 @@ def make_math_env(
         traceback: ``"last_line"`` (ToRL: only the final error line) or ``"full"``.
         max_output_chars: cap on one call's output before tokenization; the
             env then cuts it to ``max_observation_tokens`` tokens.
-        python_timeout_s, isolation, python_mode, prestart: passed to the tool.
+        python_timeout_s: wall-clock limit of one call; past it the interpreter is
+            killed and restarted (its state lost, and the agent told).
+        isolation: the sandbox layer: ``None``/``"auto"`` (the best that works here),
+            ``"bwrap"``, ``"unshare"`` or ``"none-i-understand-this-is-unsafe"``.
+        python_mode: ``"persistent"`` (one namespace per episode) or ``"fork"``
+            (fresh state per call, forked from a warm interpreter).
+        prestart: sandboxes kept started and waiting, so an episode's sandbox is a
+            hand-over; 0: each episode's sandbox starts on demand.
         lazy_start: start an episode's sandbox at its first Python call (an
             episode that answers at once costs none); ``False``: at reset.
         recycle: the next episode reuses the sandbox, recycled as fresh (every
@@ -182,7 +189,8 @@ def make_math_env(
         action_format: how the prompt describes tool calls; default ``"tags"``
             for inline, ``"json"`` for chat (both are always parsed).
         max_tool_calls: after this many calls the env says so and accepts
-            only an answer. ``boxed_answers``: accept ``\\boxed{}`` as the answer.
+            only an answer.
+        boxed_answers: accept ``\\boxed{}`` as the answer (besides ``<answer>``).
         verify_timeout_s: deadline of one math-verify comparison.
         examples: worked examples before the task (``None``: :data:`EXAMPLES`;
             ``[]`` for none; see :mod:`vt_envs.core.examples`).

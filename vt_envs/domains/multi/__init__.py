@@ -120,8 +120,13 @@ def make_multi_env(
         families: task families (:data:`FAMILIES`): ``sql_lcm``,
             ``sql_product``, ``search_days``, ``crop_product``.
         size: at most this many tasks.
-        retriever, top_k: the search tool's (as VT-Search-v0's).
-        python_timeout_s, sql_timeout_s, isolation: the sandboxed tools'.
+        retriever: the search tool's retriever: ``"auto"``, ``"dense"`` or
+            ``"bm25"`` (as VT-Search-v0's).
+        top_k: passages per search.
+        python_timeout_s: deadline of one Python call (the interpreter restarts after it).
+        sql_timeout_s: deadline of one SQL query.
+        isolation: the sandbox layer of the Python and SQL tools (``None``: the best
+            that works here; as VT-Math-v0's).
         examples: worked examples before the task (``None``: :data:`EXAMPLES`;
             ``[]``: none).
         max_turns, max_tool_calls, max_observation_tokens, **env_kwargs:

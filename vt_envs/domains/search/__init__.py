@@ -172,10 +172,12 @@ def make_search_env(
             or a path to a Search-R1 corpus JSONL.
         index_path: a prebuilt FAISS index of ``corpus`` (opened memory-mapped).
         embedder: ``None`` (all-MiniLM-L6-v2), a sentence-transformers model
-            directory, or an :class:`Embedder`; ``query_prefix`` goes before
-            each query (``"query: "`` for e5).
-        top_k: passages per search. passage_words: cut each shown passage to
-            this many words (``None``: whole passages).
+            directory, or an :class:`Embedder`.
+        query_prefix: text put before each query the embedder embeds
+            (``"query: "`` for e5).
+        top_k: passages per search.
+        passage_words: cut each shown passage to this many words (``None``:
+            whole passages).
         max_searches: searches per episode (then only an answer is accepted).
         search_timeout_s: deadline of one search.
         kinds, size: which generated task kinds, and at most how many tasks.
