@@ -1,4 +1,4 @@
-"""The env keyword reference (vt_envs.keywords): complete, documented, current, and true.
+"""The env keyword reference (vt_envs.keyword_reference): complete, documented, current, and true.
 
 True means the outsider's check: the page says a keyword defaults to X, and the env
 ``gym.make(id)`` builds uses X.
@@ -17,7 +17,7 @@ import vt_envs
 from vt_envs import env_builder, keywords, register_env
 from vt_envs import registration as vt_registration
 from vt_envs.errors import InvalidConfigError, UnknownNameError
-from vt_envs.keywords import COMMAND, REFERENCE_PAGE, REQUIRED
+from vt_envs.keyword_reference import COMMAND, REFERENCE_PAGE, REQUIRED
 from vt_envs.registration import builder_of
 
 ROOT = Path(__file__).parents[1]
@@ -35,7 +35,7 @@ CHEAP = {"VT-Search-v0": {"retriever": "bm25"}, "VT-Multi-v0": {"retriever": "bm
 
 def test_the_committed_page_is_what_the_code_generates():
     out = subprocess.run(
-        [sys.executable, "-m", "vt_envs.keywords", "--out", REFERENCE_PAGE, "--check"],
+        [sys.executable, "-m", "vt_envs.keyword_reference", "--out", REFERENCE_PAGE, "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -49,7 +49,7 @@ def test_check_names_the_command_when_the_page_is_stale(tmp_path):
     stale = tmp_path / "env-keywords.md"
     stale.write_text("# old\n")
     out = subprocess.run(
-        [sys.executable, "-m", "vt_envs.keywords", "--out", str(stale), "--check"],
+        [sys.executable, "-m", "vt_envs.keyword_reference", "--out", str(stale), "--check"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -42,9 +42,9 @@ import numpy as np
 
 from vt_envs.core.env import ToolEnv
 from vt_envs.core.tool import ToolResult
-from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.core.verifier import ExactMatch
 from vt_envs.domains.lookup import INSTRUCTIONS, LookupTool, lookup_tasks
+from vt_envs.vector import ToolVectorEnv
 from vt_train.engines.base import Generation, RolloutEngine, SamplingParams
 from vt_train.rollout import collect
 

@@ -11,8 +11,6 @@
 ``vt_envs`` imports without torch, vLLM or DeepSpeed.
 """
 
-import warnings as _warnings
-
 from vt_envs.checker import check
 from vt_envs.core.env import RewardConfig, ToolEnv
 from vt_envs.core.observation_encoder import ObservationEncoder
@@ -21,10 +19,8 @@ from vt_envs.core.policy import EpisodeResult, OraclePolicy, Policy, arun_episod
 from vt_envs.core.task import GeneratedTasks, Task, TaskList, TaskSource
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
 from vt_envs.core.tool import Tool, ToolResult, tool_registry
-from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.core.verifier import ExactMatch, Score, Verifier
 from vt_envs.core.wrappers import install as _install_async_wrappers
-from vt_envs.keywords import Keyword, keywords
 from vt_envs.registration import (
     baseline_for,
     env_builder,
@@ -37,6 +33,7 @@ from vt_envs.registration import (
     registered_envs,
     shortcut_for,
 )
+from vt_envs.vector import ToolVectorEnv
 
 __version__ = "0.1.0"
 
@@ -82,11 +79,17 @@ __all__ = [
 ]
 
 _install_async_wrappers()
-# `python -m vt_envs.keywords` (the keyword reference's generator) runs a module this
-# package has imported for its exports; runpy warns about that, harmlessly here.
-_warnings.filterwarnings(
-    "ignore", message="'vt_envs.keywords' found in sys.modules", category=RuntimeWarning
-)
+
+
+def __getattr__(name: str) -> object:
+    # The keyword reference loads on first use, so `python -m vt_envs.keyword_reference`
+    # runs a module the package has not imported already.
+    if name in ("Keyword", "keywords"):
+        from vt_envs import keyword_reference
+
+        return getattr(keyword_reference, name)
+    raise AttributeError(f"module 'vt_envs' has no attribute {name!r}")
+
 
 register_env(
     "VT-Lookup-v0",

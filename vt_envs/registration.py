@@ -24,9 +24,9 @@ from typing import Any
 import gymnasium as gym
 
 from vt_envs.core.env import ToolEnv
-from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.errors import InvalidConfigError, UnknownNameError
 from vt_envs.tools.builder import TOOL_ENV_KWARGS, env_builder
+from vt_envs.vector import ToolVectorEnv
 
 __all__ = [
     "TOOL_ENV_KWARGS",
@@ -203,7 +203,7 @@ def make_vec(
     """Build a :class:`ToolVectorEnv` of ``num_envs`` copies of ``env_id``.
 
     ``backend="local"``: the sub-envs live in this process. ``"ray"``: in Ray
-    actors (:func:`~vt_envs.core.ray_backend.make_ray_vector_env`;
+    actors (:func:`~vt_envs.vector.ray.make_ray_vector_env`;
     ``ray_options``: ``actors``, ``max_restarts``, ``max_concurrency``), behind
     the same API. ``gym.make_vec(env_id, num_envs)`` calls this too (it is the
     ids' vector entry point).
@@ -211,7 +211,7 @@ def make_vec(
     if not isinstance(num_envs, int) or num_envs < 1:
         raise InvalidConfigError(f"num_envs must be an int >= 1, got {num_envs!r}")
     if backend == "ray":
-        from vt_envs.core.ray_backend import make_ray_vector_env
+        from vt_envs.vector.ray import make_ray_vector_env
 
         return make_ray_vector_env(make, env_id, num_envs, **dict(ray_options or {}), **kwargs)
     if backend != "local":
@@ -231,7 +231,7 @@ def make_mixture(
     seed: int = 0,
     **shared_kwargs: Any,
 ) -> Any:
-    """One :class:`~vt_envs.core.mixture.MixtureEnv` over the ids in ``weights``.
+    """One :class:`~vt_envs.vector.mixture.MixtureEnv` over the ids in ``weights``.
 
     Args:
         weights: env id -> weight (normalized; 0 keeps the env but never draws it).
@@ -242,8 +242,8 @@ def make_mixture(
         seed: seeds which domain each task index draws.
         shared_kwargs: ``make`` keywords for every member (``max_turns``...).
     """
-    from vt_envs.core.mixture import MixtureEnv, MixtureTasks, check_weights
     from vt_envs.core.tokenizer import load_tokenizer
+    from vt_envs.vector.mixture import MixtureEnv, MixtureTasks, check_weights
 
     weights = check_weights(weights)
     per_id = dict(env_kwargs or {})

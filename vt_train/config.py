@@ -51,7 +51,7 @@ class EnvConfig:
         eval_temperatures: decoding temperatures evaluated each time; 0 is
             greedy (metrics ``eval/...``), others log as ``eval_t{T}/...``.
         backend: where the sub-envs live: ``local`` (this process) or ``ray``
-            (Ray actors; see :mod:`vt_envs.core.ray_backend`).
+            (Ray actors; see :mod:`vt_envs.vector.ray`).
         ray: options of the Ray backend: ``actors``, ``max_restarts``,
             ``max_concurrency``.
         mixture: env id -> weight: train and evaluate one policy on several
@@ -79,7 +79,7 @@ class EnvConfig:
         if self.backend not in ("local", "ray"):
             raise InvalidConfigError(f"env.backend must be 'local' or 'ray', got {self.backend!r}")
         if self.mixture:
-            from vt_envs.core.mixture import check_weights
+            from vt_envs.vector.mixture import check_weights
 
             check_weights(self.mixture)
             if self.backend != "local":

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vt_envs.core.vector import ToolVectorEnv
+from vt_envs.vector import ToolVectorEnv
 from vt_train.engines.base import RolloutEngine, SamplingParams
 from vt_train.progress import progress_bar
 from vt_train.rollout import stream

@@ -54,8 +54,8 @@ from typing import Any
 import numpy as np
 
 from vt_envs.core.task import Task
-from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.errors import InvalidConfigError
+from vt_envs.vector import ToolVectorEnv
 from vt_train.engines.base import Generation, RolloutEngine, SamplingParams
 from vt_train.trajectory import Trajectory
 from vt_train.vision import ImageInterner

@@ -345,7 +345,7 @@ def evaluate(
     :func:`vt_train.evaluation.evaluate`): greedy, or sampled at T=1.
     ``progress`` shows a bar."""
     from vt_envs.core.loop import run_sync
-    from vt_envs.core.vector import ToolVectorEnv
+    from vt_envs.vector import ToolVectorEnv
     from vt_train.engines.hf import HFEngine
     from vt_train.evaluation import evaluate as evaluate_engine
 

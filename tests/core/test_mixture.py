@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import vt_envs
-from vt_envs.core.mixture import MixturePolicy, MixtureTasks, parse_mixture_id
 from vt_envs.core.policy import run_episode
 from vt_envs.core.task import Task, TaskList
 from vt_envs.errors import InvalidConfigError, UnknownTaskError
+from vt_envs.vector.mixture import MixturePolicy, MixtureTasks, parse_mixture_id
 
 
 def _source(name: str, n: int) -> TaskList:

@@ -193,3 +193,27 @@ def test_reset_cancels_a_step_left_pending():
     with pytest.raises(RuntimeError, match="without step_async"):
         venv.step_wait()
     venv.close()
+
+
+class _SyncOnly(gym.Env):
+    """A plain Gymnasium env: no async methods, no way to end an episode early."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return 0, {}
+
+    def step(self, action):
+        return 0, 0.0, True, False, {}
+
+
+def test_a_sub_env_that_is_not_one_is_refused_when_the_vector_env_is_built():
+    """The sub-env protocol (vt_envs.vector.protocol.SubEnv) is checked once, up
+    front, naming what is missing, and the sub-envs already built are closed; it is
+    not probed when a step fails (red-checked: without the check, this env builds)."""
+    good = make_lookup_env()
+    with pytest.raises(vt_envs.errors.InvalidConfigError, match=r"sub-env 1 \(_SyncOnly\)") as e:
+        ToolVectorEnv([good, _SyncOnly()])
+    assert "abandon_episode" in str(e.value) and "atruncate" in str(e.value)
+    assert good.unwrapped._closed

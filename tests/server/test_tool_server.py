@@ -345,7 +345,7 @@ def test_a_call_racing_the_reaper_never_runs_on_a_closing_session():
 def test_a_mixtures_members_run_their_tasks_on_the_server(server):
     """A mixture task's id carries its domain ("VT-Math-v0/math/test/3"); its member runs
     it under the member's own id, the one the server finds in its own task source."""
-    from vt_envs.core.mixture import MixturePolicy
+    from vt_envs.vector.mixture import MixturePolicy
 
     env = vt_envs.make_mixture({"VT-Math-v0": 1, "VT-Lookup-v0": 1}, split="test",
                                tool_server=server.url, tool_server_token=TOKEN)  # fmt: skip

@@ -160,7 +160,7 @@ def test_sft_and_its_evaluation_show_progress_bars(capsys):
         assert bar in err
 
 
-@pytest.mark.parametrize("teacher", ["os:getcwd", "vt_envs.core.mixture:MixturePolicy"])
+@pytest.mark.parametrize("teacher", ["os:getcwd", "vt_envs.vector.mixture:MixturePolicy"])
 def test_a_teacher_that_is_not_a_no_argument_policy_is_refused(teacher):
     with pytest.raises(InvalidConfigError, match="not a Policy class"):
         collect_sft_examples("VT-Lookup-v0", 1, teacher=teacher)

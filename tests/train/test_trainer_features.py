@@ -13,9 +13,9 @@ from train_helpers import TRAINER_OVERRIDES, ScriptedLookupPolicy
 
 from vt_envs.core.loop import run_sync
 from vt_envs.core.tokenizer import load_tokenizer
-from vt_envs.core.vector import ToolVectorEnv
 from vt_envs.domains.lookup import make_lookup_env
 from vt_envs.errors import InvalidConfigError
+from vt_envs.vector import ToolVectorEnv
 from vt_train.algorithms import AlgorithmConfig
 from vt_train.algorithms.shaping import overlong_penalty, shaping_metrics
 from vt_train.config import load_config

@@ -14,7 +14,7 @@ import torch
 import vt_envs
 from vt_envs.core.task import Task
 from vt_envs.core.tokenizer import load_tokenizer
-from vt_envs.core.vector import ToolVectorEnv
+from vt_envs.vector import ToolVectorEnv
 from vt_train.batch import TrainBatch
 from vt_train.engines import HFEngine, SamplingParams, ScriptedEngine
 from vt_train.engines.base import Generation, RolloutEngine

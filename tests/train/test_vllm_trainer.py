@@ -16,7 +16,7 @@ import pytest
 
 import vt_envs
 from vt_envs.core.loop import run_sync
-from vt_envs.core.vector import ToolVectorEnv
+from vt_envs.vector import ToolVectorEnv
 from vt_train.engines import SamplingParams, make_engine
 from vt_train.rollout import collect
 

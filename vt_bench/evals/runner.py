@@ -361,7 +361,7 @@ async def _run_tokens(
     engine: Any,
     on_record: Callable[[dict[str, Any]], None],
 ) -> None:
-    from vt_envs.core.vector import ToolVectorEnv
+    from vt_envs.vector import ToolVectorEnv
     from vt_train.engines.base import SamplingParams
     from vt_train.rollout import stream
 
@@ -432,7 +432,7 @@ def _env_kwargs(config: EvalConfig, env_id: str) -> dict[str, Any]:
 def _text_agents(config: EvalConfig, env_id: str) -> tuple[Callable[[Any], Any], Any]:
     """A factory of per-episode agents, and the client to close afterwards (or None)."""
     import vt_envs
-    from vt_envs.core.mixture import MixturePolicy, parse_mixture_id
+    from vt_envs.vector.mixture import MixturePolicy, parse_mixture_id
 
     spec = config.spec
     mixture = parse_mixture_id(env_id) is not None
@@ -480,8 +480,8 @@ def _text_agents(config: EvalConfig, env_id: str) -> tuple[Callable[[Any], Any],
 
 def _resolve_ids(env_ids: Sequence[str]) -> list[str]:
     import vt_envs
-    from vt_envs.core.mixture import parse_mixture_id
     from vt_envs.registration import registration_of
+    from vt_envs.vector.mixture import parse_mixture_id
 
     known = list(vt_envs.registered_envs())
     ids = known if list(env_ids) == ["all"] else list(env_ids)
@@ -503,7 +503,7 @@ def make_env(env_id: str, *, wrapped: bool = False, **kwargs: Any) -> Any:
     import gymnasium as gym
 
     import vt_envs
-    from vt_envs.core.mixture import parse_mixture_id
+    from vt_envs.vector.mixture import parse_mixture_id
 
     weights = parse_mixture_id(env_id)
     if weights is not None:
@@ -515,8 +515,8 @@ def _check_shortcut(env_id: str, name: str) -> None:
     """Raise :class:`UnknownNameError` unless every domain ``env_id`` plays registers the
     shortcut ``name`` (``""``: any)."""
     import vt_envs
-    from vt_envs.core.mixture import parse_mixture_id
     from vt_envs.registration import registration_of
+    from vt_envs.vector.mixture import parse_mixture_id
 
     for member in parse_mixture_id(env_id) or [env_id]:
         shortcuts = registration_of(member).shortcuts

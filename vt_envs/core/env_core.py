@@ -263,7 +263,7 @@ class ToolEnvCore(gym.Env[dict, str]):
         self._ensure_running()
         return await self._finish(None, None, truncated=True, reason=reason)
 
-    async def _abandon_episode(self) -> None:
+    async def abandon_episode(self) -> None:
         """End the running episode without a result, closing its sessions (a vector
         env does this to a sub-env whose step raised)."""
         if self._episode is not None:

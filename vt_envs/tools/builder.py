@@ -71,6 +71,6 @@ def env_builder(
         return env
 
     build.accepted_kwargs = accepted | SERVER_KWARGS  # type: ignore[attr-defined]
-    # The rules as data, for the keyword reference (vt_envs.keywords).
+    # The rules as data, for the keyword reference (vt_envs.keyword_reference).
     build.keyword_rules = rules  # type: ignore[attr-defined]
     return build

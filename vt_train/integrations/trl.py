@@ -419,7 +419,7 @@ class VTRollout:
             return
         import gymnasium as gym
 
-        from vt_envs.core.vector import ToolVectorEnv
+        from vt_envs.vector import ToolVectorEnv
 
         vllm = getattr(trainer, "use_vllm", False)
         if vllm or getattr(trainer, "generation_config", None) is None:

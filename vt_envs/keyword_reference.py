@@ -8,7 +8,7 @@
 the docstring entry that documents the name (the builder's, else ``ToolEnv``'s), so
 each keyword is documented once, where it is declared.
 
-``python -m vt_envs.keywords --out docs/reference/env-keywords.md`` writes the
+``python -m vt_envs.keyword_reference --out docs/reference/env-keywords.md`` writes the
 reference page of every ``VT-*`` id; ``--check`` exits 1 when the page is stale.
 """
 
@@ -35,7 +35,7 @@ __all__ = ["COMPUTED", "REQUIRED", "Keyword", "keywords", "main", "render_refere
 
 #: The reference page, relative to the repository root.
 REFERENCE_PAGE = "docs/reference/env-keywords.md"
-COMMAND = f"python -m vt_envs.keywords --out {REFERENCE_PAGE}"
+COMMAND = f"python -m vt_envs.keyword_reference --out {REFERENCE_PAGE}"
 
 
 class _Marker:
@@ -300,9 +300,9 @@ def _role(match: re.Match[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m vt_envs.keywords [--out PATH] [--check]``: write (or check) the page."""
+    """``python -m vt_envs.keyword_reference [--out PATH] [--check]``: write (or check) the page."""
     parser = argparse.ArgumentParser(
-        prog="python -m vt_envs.keywords",
+        prog="python -m vt_envs.keyword_reference",
         description="Write the reference page of every VT env id's keywords.",
     )
     parser.add_argument("--out", help=f"the page to write (default: stdout; {REFERENCE_PAGE})")
@@ -338,4 +338,4 @@ def _check(path: Path, page: str) -> int:
 
 
 if __name__ == "__main__":
-    console_main("python -m vt_envs.keywords", main)()
+    console_main("python -m vt_envs.keyword_reference", main)()

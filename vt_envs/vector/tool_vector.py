@@ -37,6 +37,7 @@ from gymnasium.vector.utils import batch_space
 
 from vt_envs.core.loop import run_sync, submit
 from vt_envs.errors import InvalidConfigError, ResetNeededError, SubEnvError
+from vt_envs.vector.protocol import check_sub_env
 
 __all__ = ["ON_ERROR", "ToolVectorEnv"]
 
@@ -79,6 +80,13 @@ class ToolVectorEnv(VectorEnv):
         self.envs: list[gym.Env] = [
             e() if callable(e) and not isinstance(e, gym.Env) else e for e in envs
         ]
+        try:
+            for i, env in enumerate(self.envs):
+                check_sub_env(env, i)
+        except InvalidConfigError:
+            for env in self.envs:
+                env.close()
+            raise
         self.num_envs = len(self.envs)
         self.autoreset_mode = mode
         self.on_error = on_error
@@ -210,11 +218,8 @@ class ToolVectorEnv(VectorEnv):
         """What a failed sub-env reports: a truncation, after its episode is abandoned."""
         self._episode_over[index] = True
         env = self.envs[index].unwrapped
-        abandon = getattr(env, "_abandon_episode", None)
-        if abandon is not None:
-            await abandon()
-        empty = getattr(env, "empty_observation", None)
-        obs = empty() if empty is not None else {"tokens": np.zeros(0, dtype=np.int64), "text": ""}
+        await env.abandon_episode()
+        obs = env.empty_observation()
         info = {"error": f"{type(exc).__name__}: {exc}", "truncation": "error"}
         self._last_obs[index] = obs
         return obs, 0.0, False, True, info

@@ -307,15 +307,13 @@ class MixtureEnv(gym.Env):
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         return run_sync(self.astep(action), method="step", async_method="astep")
 
-    async def _abandon_episode(self) -> None:
+    async def abandon_episode(self) -> None:
         """End the running episode without a result (a vector env does this to a
         sub-env whose step raised): the active member closes its sessions."""
         await self._abandon_member(self._active)
 
     async def _abandon_member(self, env_id: str) -> None:
-        abandon = getattr(self.members[env_id].unwrapped, "_abandon_episode", None)
-        if abandon is not None:
-            await abandon()
+        await self.members[env_id].unwrapped.abandon_episode()
 
     def render(self) -> Any:
         return self.members[self._active].render()

@@ -1,4 +1,4 @@
-"""Sub-envs in Ray actors, behind :class:`~vt_envs.core.vector.ToolVectorEnv`'s API.
+"""Sub-envs in Ray actors, behind :class:`~vt_envs.vector.ToolVectorEnv`'s API.
 
 ``make_vec(env_id, n, backend="ray", actors=A)`` builds ``A`` async Ray actors,
 each holding ``n / A`` sub-envs of ``env_id`` (built there, with the same
@@ -62,7 +62,7 @@ class _EnvActor:
         return await self.envs[j].atruncate(reason)
 
     async def abandon(self, j: int) -> None:
-        await self.envs[j]._abandon_episode()
+        await self.envs[j].abandon_episode()
 
     async def close(self) -> None:
         for env in self.envs:
@@ -145,7 +145,7 @@ class RemoteSubEnv:
                 return self._died(exc)
             raise
 
-    async def _abandon_episode(self) -> None:
+    async def abandon_episode(self) -> None:
         from ray.exceptions import RayActorError
 
         try:
@@ -222,7 +222,7 @@ def make_ray_vector_env(
         raise InvalidConfigError(
             "backend='ray' needs Ray: pip install 'vt-envs[ray]' (or ray>=2.40)"
         ) from exc
-    from vt_envs.core.vector import ToolVectorEnv
+    from vt_envs.vector import ToolVectorEnv
 
     if not isinstance(num_envs, int) or num_envs < 1:
         raise InvalidConfigError(f"num_envs must be an int >= 1, got {num_envs!r}")
