@@ -39,6 +39,7 @@ SAMPLES = {
     "render_mode": "ansi",
     "grade_truncated": True,
     "examples": [],
+    "extra_tools": ["python"],  # Math and Multi have one: refused there, naming it
 }
 #: Image keywords: text envs refuse them (typed), image envs take them.
 IMAGE_ONLY = {"task_images", "processor", "max_image_tokens"}

@@ -37,7 +37,7 @@ from vt_envs.core.reward import RewardConfig
 from vt_envs.core.spaces import ImageSequence, UnicodeText, token_sequence_space
 from vt_envs.core.task import Task, TaskSource
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
-from vt_envs.core.tool import Tool, check_timeout
+from vt_envs.core.tool import Tool, check_timeout, resolve_tools
 from vt_envs.core.verifier import Verifier, as_verifier
 from vt_envs.errors import InvalidConfigError
 
@@ -168,6 +168,12 @@ class ToolEnv(ToolEnvCore):
             and the task, rendered in this env's formats and parsed back when
             the env is built (see :mod:`vt_envs.core.examples`). ``None`` or
             ``()``: none. Domains pass their own by default.
+        extra_tools: tools added to the env's own, composed when the env is built:
+            a registered tool's name (``"python"``, ``"bash"``, or a plugin's;
+            built with its defaults), a mapping ``{"name": "python", "timeout_s":
+            5.0}`` (built with those keywords) or a :class:`Tool`. The system prompt
+            describes them with the others; names must not clash with the env's
+            tools. Not with ``tool_server=`` (the server serves the env's own tools).
         grade_truncated: when a budget ends the episode before an answer, run the
             verifier anyway (on the answer ``""``) instead of scoring 0: the
             reward of an SWE agent that fixed the bug but did not submit.
@@ -206,6 +212,7 @@ class ToolEnv(ToolEnvCore):
         max_image_tokens: int | None = None,
         grade_truncated: bool = False,
         examples: Sequence[WorkedExample | Mapping[str, Any]] | None = None,
+        extra_tools: Sequence[Tool | str | Mapping[str, Any]] = (),
         name: str = "ToolEnv",
     ):
         if task_images is not None:  # image envs can also render their latest image
@@ -228,6 +235,15 @@ class ToolEnv(ToolEnvCore):
         max_episode_seconds = check_timeout(
             "max_episode_seconds", max_episode_seconds, optional=True, limit=math.inf
         )
+        added = resolve_tools(extra_tools)
+        taken = {tool.name for tool in tools} & {tool.name for tool in added}
+        if taken:
+            raise InvalidConfigError(
+                f"extra_tools: {name} already has the tools {sorted(taken)}; an extra tool "
+                "needs a name of its own (a Tool subclass with another `name`)"
+            )
+        tools = [*tools, *added]
+        self.extra_tool_names = tuple(tool.name for tool in added)
         names = [tool.name for tool in tools]
         if len(set(names)) != len(names):
             raise InvalidConfigError(f"tool names must be unique, got {names}")

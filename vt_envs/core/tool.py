@@ -39,7 +39,7 @@ import abc
 import importlib
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar
@@ -54,6 +54,7 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "check_timeout",
+    "resolve_tools",
     "tool_registry",
     "validate_arguments",
 ]
@@ -315,3 +316,41 @@ class ToolRegistry:
 
 
 tool_registry = ToolRegistry()
+
+
+def resolve_tools(specs: Any) -> list[Tool]:
+    """The tools ``specs`` name: a :class:`Tool` as given; a name (``"python"``) is the
+    tool registered under it (:data:`tool_registry`), built with its defaults; a
+    mapping ``{"name": "python", "timeout_s": 5.0}`` builds it with those keywords.
+
+    Raises:
+        UnknownToolError: a name nobody registered (with "did you mean").
+        InvalidConfigError: a spec of another type, or keywords the tool refuses.
+    """
+    if isinstance(specs, (str, Mapping, Tool)) or not isinstance(specs, Sequence):
+        raise InvalidConfigError(
+            f"extra_tools must be a list of tool names, Tools or {{'name': ..., **kwargs}} "
+            f"mappings, got {type(specs).__name__}: {specs!r:.80}"
+        )
+    tools: list[Tool] = []
+    for spec in specs:
+        if isinstance(spec, Tool):
+            tools.append(spec)
+            continue
+        if isinstance(spec, str):
+            name, kwargs = spec, {}
+        elif isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+            name, kwargs = spec["name"], {k: v for k, v in spec.items() if k != "name"}
+        else:
+            raise InvalidConfigError(
+                f"each extra tool is a registered tool's name, a Tool, or a mapping with a "
+                f"'name' and the tool's keywords; got {spec!r:.80}"
+            )
+        cls = tool_registry.get(name)
+        try:
+            tools.append(cls(**kwargs))
+        except TypeError as exc:
+            raise InvalidConfigError(
+                f"tool {name!r} ({cls.__name__}) refused {kwargs}: {exc}"
+            ) from exc
+    return tools

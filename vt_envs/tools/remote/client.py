@@ -382,6 +382,11 @@ def attach_tool_server(
             f"{env_id} cannot use tool_server=: its verifier reads the state its tools "
             "changed (the working copy), which would live on the server; run it locally"
         )
+    if getattr(env, "extra_tool_names", ()):
+        raise InvalidConfigError(
+            f"{env_id}: extra_tools={list(env.extra_tool_names)} cannot go with tool_server=: "
+            f"the server serves {env_id}'s own tools only; drop one of the two"
+        )
     import json
 
     # The server needs what chooses the tasks; the tokenizer and the episode keywords
