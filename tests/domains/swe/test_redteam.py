@@ -111,8 +111,17 @@ def test_the_reference_sources_and_humaneval_answers_are_hidden():
     assert reward == 0.0
 
 
-def test_pathological_trees_do_not_crash_or_leak(monkeypatch):
-    before = set(glob.glob(f"{tempfile.gettempdir()}/vt-swe-*"))
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """This test's own temporary directory for the host side's working copies, so the
+    leak check sees only what this test made (not other processes' vt-swe-* dirs)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    return tmp_path
+
+
+def test_pathological_trees_do_not_crash_or_leak(private_tmp):
+    before = set(glob.glob(f"{private_tmp}/vt-swe-*"))
     deep = "/".join(["d"] * 1100) + "/f"
     reward, info, observations = _episode(
         [
@@ -122,7 +131,7 @@ def test_pathological_trees_do_not_crash_or_leak(monkeypatch):
     )
     assert reward == 0.0
     assert "Error" in observations[1]
-    leaked = set(glob.glob(f"{tempfile.gettempdir()}/vt-swe-*")) - before
+    leaked = set(glob.glob(f"{private_tmp}/vt-swe-*")) - before
     assert not leaked
 
 
@@ -137,17 +146,18 @@ def test_pathological_trees_do_not_crash_or_leak(monkeypatch):
     ],
     ids=["bytes", "entries"],
 )  # fmt: skip
-def test_a_disk_flood_ends_the_episode_with_nothing_left_behind(command, kwargs):
-    before = set(glob.glob(f"{tempfile.gettempdir()}/vt-swe-*"))
+def test_a_disk_flood_ends_the_episode_with_nothing_left_behind(command, kwargs, private_tmp):
+    before = set(glob.glob(f"{private_tmp}/vt-swe-*"))
     env = gym.make("VT-SWE-v0", repos=["vtutils"], split="test", **kwargs)
     env.reset(seed=0)
+    assert set(glob.glob(f"{private_tmp}/vt-swe-*")) - before  # the working copy is here
     obs, reward, terminated, truncated, info = env.step(_bash(command))
     env.close()
     assert (terminated, truncated, reward) == (False, True, 0.0)
     assert info["truncation"] == "disk_quota" and info["tool"]["error"] == "disk_quota"
     assert info["verifier_parts"]["disk_quota"] == 1.0
     assert info["tool"]["latency_s"] < 15  # stopped while running, not at its deadline
-    assert not set(glob.glob(f"{tempfile.gettempdir()}/vt-swe-*")) - before
+    assert not set(glob.glob(f"{private_tmp}/vt-swe-*")) - before
 
 
 def test_ordinary_work_stays_well_inside_the_quota():
