@@ -15,6 +15,7 @@ from typing import Any
 
 from vt_envs.core.builder import SERVER_KWARGS, TOOL_ENV_KWARGS, accepted_kwargs, check_kwargs
 from vt_envs.core.env import ToolEnv
+from vt_envs.core.keyword_types import check_types, keyword_hints
 
 __all__ = ["TOOL_ENV_KWARGS", "env_builder"]
 
@@ -30,8 +31,11 @@ def env_builder(
 
     ``fn`` must take keyword-only arguments and may end with ``**env_kwargs``,
     which receives only the :data:`TOOL_ENV_KWARGS` it does not declare itself.
-    Every keyword that names a deadline (``*timeout_s``, ``max_episode_seconds``)
-    is checked by :func:`~vt_envs.core.tool.check_timeout` (``None`` passes to
+    Every keyword is checked against its annotation (the builder's, else
+    ``ToolEnv``'s: :func:`~vt_envs.core.keyword_types.check_types`), so a value of
+    the wrong type is refused by name before anything is built. Every keyword that
+    names a deadline (``*timeout_s``, ``max_episode_seconds``) is checked by
+    :func:`~vt_envs.core.tool.check_timeout` (``None`` passes to
     ``fn``), so a NaN, infinite, zero or negative one is refused under its own
     name, whichever domain's builder it was meant for.
 
@@ -58,11 +62,17 @@ def env_builder(
     accepted = accepted_kwargs(fn, **rules)
     where = f"{fn.__module__}.{fn.__name__}()"
 
+    hints: dict[str, Any] | None = None  # read on first use: annotations name late imports
+
     @functools.wraps(fn)
     def build(**kwargs: Any) -> ToolEnv:
+        nonlocal hints
         # tool_server= / tool_server_token= (every env id): its tools run on a tool server.
         server, token = kwargs.pop("tool_server", None), kwargs.pop("tool_server_token", None)
         kwargs = check_kwargs(where, kwargs, accepted, **rules)
+        if hints is None:  # the builder's own annotations, ToolEnv's for what it forwards
+            hints = {**keyword_hints(ToolEnv.__init__), **keyword_hints(fn)}
+        check_types(where, kwargs, hints)
         env = fn(**kwargs)
         if server is not None:
             from vt_envs.tools.remote.client import attach_tool_server
