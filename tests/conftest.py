@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# A suite started with SIGINT ignored (a background job of a non-interactive shell:
+# `cmd &`) has no KeyboardInterrupt at all, in itself or in the Pythons it starts, and
+# the Ctrl-C tests would test the launcher instead of VT. Python's own handler, as an
+# interactive run has it (children then start with the default disposition too).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from env_helpers import EchoTool
 

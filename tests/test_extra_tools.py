@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from env_helpers import EchoTool
+from env_helpers import EchoTool, make_tasks
 
 import vt_envs
 from vt_envs.errors import InvalidConfigError, UnknownToolError
@@ -46,9 +46,9 @@ def test_a_tool_object_joins_too_and_the_keyword_is_listed_for_every_id():
             r"already has the tools \['lookup'\]",
         ),
         (["pyton"], UnknownToolError, "python"),  # did you mean
-        ("python", InvalidConfigError, "must be a list"),
+        ("python", InvalidConfigError, r"extra_tools must be Sequence\[.*got 'python'"),
         ([{"name": "python", "timeout": 5}], InvalidConfigError, "refused"),
-        ([42], InvalidConfigError, "registered tool's name"),
+        ([42], InvalidConfigError, r"extra_tools must be Sequence\[.*got \[42\]"),
     ],
 )
 def test_what_cannot_be_composed_is_refused_with_the_fix(extra, error, match):
@@ -59,3 +59,13 @@ def test_what_cannot_be_composed_is_refused_with_the_fix(extra, error, match):
 def test_extra_tools_do_not_go_with_a_tool_server():
     with pytest.raises(InvalidConfigError, match="own tools only"):
         vt_envs.make("VT-Lookup-v0", extra_tools=["python"], tool_server="http://127.0.0.1:9")
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"), [("python", "must be a list"), ([42], "registered tool's name")]
+)
+def test_a_tool_env_built_directly_checks_its_extra_tools_too(extra, match):
+    """Without an env builder's annotations in front, ToolEnv refuses them itself."""
+    with pytest.raises(InvalidConfigError, match=match):
+        vt_envs.ToolEnv(tools=[], tasks=make_tasks(), verifier=vt_envs.ExactMatch(),
+                        instructions="", extra_tools=extra)  # fmt: skip
