@@ -275,9 +275,16 @@ class ToolServer:
                 await self._toolsets.pop(idle).aclose()
 
     async def _build(self, env_id: str, kwargs: Mapping[str, Any]) -> Any:
+        """The tools and task source of ``env_id`` for these keywords: only those of a
+        declared domain (:meth:`~vt_envs.core.domain.Domain.toolset`); a plain
+        builder's whole env (whose tools the server then serves)."""
         import vt_envs
 
+        build = vt_envs.registration.builder_of(env_id)
+        toolset = getattr(build, "toolset", None)
         try:
+            if toolset is not None:
+                return await self._offload(toolset, **kwargs)
             env = await self._offload(vt_envs.make, env_id, **kwargs)
         except Refused:
             raise

@@ -14,10 +14,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vt_envs.core.builder import SERVER_KWARGS, TOOL_ENV_KWARGS, accepted_kwargs, check_kwargs
+from vt_envs.core.domain import Domain, Toolset
 from vt_envs.core.env import ToolEnv
 from vt_envs.core.keyword_types import check_types, keyword_hints
+from vt_envs.errors import InvalidConfigError
 
-__all__ = ["TOOL_ENV_KWARGS", "env_builder"]
+__all__ = ["TOOL_ENV_KWARGS", "domain_builder", "env_builder"]
 
 
 def env_builder(
@@ -64,15 +66,19 @@ def env_builder(
 
     hints: dict[str, Any] | None = None  # read on first use: annotations name late imports
 
-    @functools.wraps(fn)
-    def build(**kwargs: Any) -> ToolEnv:
+    def checked(kwargs: dict[str, Any]) -> dict[str, Any]:
         nonlocal hints
-        # tool_server= / tool_server_token= (every env id): its tools run on a tool server.
-        server, token = kwargs.pop("tool_server", None), kwargs.pop("tool_server_token", None)
         kwargs = check_kwargs(where, kwargs, accepted, **rules)
         if hints is None:  # the builder's own annotations, ToolEnv's for what it forwards
             hints = {**keyword_hints(ToolEnv.__init__), **keyword_hints(fn)}
         check_types(where, kwargs, hints)
+        return kwargs
+
+    @functools.wraps(fn)
+    def build(**kwargs: Any) -> ToolEnv:
+        # tool_server= / tool_server_token= (every env id): its tools run on a tool server.
+        server, token = kwargs.pop("tool_server", None), kwargs.pop("tool_server_token", None)
+        kwargs = checked(kwargs)
         env = fn(**kwargs)
         if server is not None:
             from vt_envs.tools.remote.client import attach_tool_server
@@ -83,4 +89,41 @@ def env_builder(
     build.accepted_kwargs = accepted | SERVER_KWARGS  # type: ignore[attr-defined]
     # The rules as data, for the keyword reference (vt_envs.keyword_reference).
     build.keyword_rules = rules  # type: ignore[attr-defined]
+    build.check_kwargs = checked  # type: ignore[attr-defined]
     return build
+
+
+def domain_builder(domain: Domain, *, name: str, module: str | None = None) -> Any:
+    """The registered builder of a declared domain: an :func:`env_builder` function
+    whose signature, annotations and docstring are the domain's (its config's fields,
+    then its episode defaults, then ``**env_kwargs``), so ``gym.make``, the keyword
+    checks, ``vt_envs.keywords`` and the keyword reference read it like any other.
+
+    The returned function keeps ``domain`` and has ``toolset(**kwargs)``: the domain's
+    tools and task source alone, for these keywords, checked the same way (what a
+    tool server builds; ``tool_server=`` is refused there). ``name`` is the function's
+    name in messages and ``module`` its module (default: the config's), where the
+    domain's package exports it (``"make_sql_env"``, ``"vt_envs.domains.sql"``).
+    """
+
+    def build(**kwargs: Any) -> ToolEnv:
+        return domain.make(kwargs)
+
+    build.__signature__ = domain.signature()  # type: ignore[attr-defined]
+    build.__annotations__ = domain.annotations()
+    build.__doc__ = domain.builder_doc()
+    build.__module__ = module or domain.config.__module__
+    build.__name__ = build.__qualname__ = name
+    made = env_builder(build, fixed=domain.fixed, renamed=domain.renamed, derived=domain.derived)
+
+    def toolset(**kwargs: Any) -> Toolset:
+        if SERVER_KWARGS & set(kwargs):
+            raise InvalidConfigError(
+                f"{domain.id}: a tool server's tools run there; "
+                f"{sorted(SERVER_KWARGS & set(kwargs))} cannot be given to it"
+            )
+        return domain.toolset(made.check_kwargs(dict(kwargs)))
+
+    made.domain = domain
+    made.toolset = toolset
+    return made

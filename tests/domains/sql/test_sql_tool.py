@@ -10,7 +10,7 @@ import pytest
 
 from vt_envs.core.task import Task
 from vt_envs.domains.sql.databases import connect_readonly
-from vt_envs.domains.sql.tool import SQLTool, render_table
+from vt_envs.domains.sql.tools import SQLTool, render_table
 
 
 def _digest(path: Path) -> str:

@@ -138,7 +138,7 @@ def make_multi_env(
     from vt_envs.domains.search.retriever import shared_retriever
     from vt_envs.domains.search.tool import SearchTool
     from vt_envs.domains.sql.databases import database_path
-    from vt_envs.domains.sql.tool import SQLTool
+    from vt_envs.domains.sql.tools import SQLTool
     from vt_envs.domains.visual.bbox import describe_format
     from vt_envs.domains.visual.tools import ImageStore
     from vt_envs.tools.python import PythonTool

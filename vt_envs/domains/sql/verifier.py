@@ -25,7 +25,7 @@ from vt_envs.core.task import Task
 from vt_envs.core.tool import check_timeout
 from vt_envs.core.verifier import NO_TOOLS, EpisodeTools, Score, Verifier
 from vt_envs.domains.sql.results import extract_sql, has_top_level_order_by, results_match
-from vt_envs.domains.sql.tool import (
+from vt_envs.domains.sql.tools import (
     KILL_MARGIN_S,
     SQL_POLICY,
     SQLTool,
