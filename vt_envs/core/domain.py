@@ -96,7 +96,7 @@ class Domain(Generic[C]):
             )
         own = {f.name for f in dataclasses.fields(self.config)}
         common = set(inspect.signature(ToolEnv.__init__).parameters) - {"self"}
-        clash = sorted((own & _PARTS) | (set(self.episode) & (_PARTS | own)))
+        clash = sorted(set(self.episode) & (_PARTS | own))
         unknown = sorted(set(self.episode) - common)
         if clash or unknown:
             raise InvalidConfigError(
