@@ -12,6 +12,7 @@
 """
 
 from vt_envs.checker import check
+from vt_envs.core.domain import Domain
 from vt_envs.core.env import RewardConfig, ToolEnv
 from vt_envs.core.observation_encoder import ObservationEncoder
 from vt_envs.core.parser import ActionParser, ParseResult, ToolCall
@@ -23,6 +24,7 @@ from vt_envs.core.verifier import ExactMatch, Score, Verifier
 from vt_envs.core.wrappers import install as _install_async_wrappers
 from vt_envs.registration import (
     baseline_for,
+    domain_builder,
     env_builder,
     make,
     make_mixture,
@@ -40,6 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ActionParser",
     "ChatTokenizer",
+    "Domain",
     "EpisodeResult",
     "ExactMatch",
     "GeneratedTasks",
@@ -63,6 +66,7 @@ __all__ = [
     "arun_episode",
     "baseline_for",
     "check",
+    "domain_builder",
     "env_builder",
     "keywords",
     "load_tokenizer",

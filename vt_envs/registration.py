@@ -5,8 +5,10 @@ An env id is a *registration*: a builder function that assembles a
 policy that proves the env solvable. ``register_env`` records both and
 registers the id with Gymnasium, so ``gym.make(id, **kwargs)`` works.
 
-Builders are plain functions decorated with :func:`env_builder`
-(:mod:`vt_envs.tools.builder`, below the domains that use it; re-exported here).
+A builder is made from a declared domain by :func:`domain_builder` (the VT ids'
+builders are: :mod:`vt_envs.core.domain`), or is a plain function decorated with
+:func:`env_builder` (:mod:`vt_envs.tools.builder`, below the domains that use it;
+both re-exported here).
 The decorator rejects unknown keywords with :class:`~vt_envs.errors.UnknownKwargError`
 (with "did you mean") instead of Python's bare ``TypeError``, and forwards the
 keywords ``ToolEnv`` itself understands (``tokenizer``, ``max_turns``, ...).
@@ -25,7 +27,7 @@ import gymnasium as gym
 
 from vt_envs.core.env import ToolEnv
 from vt_envs.errors import InvalidConfigError, UnknownNameError
-from vt_envs.tools.builder import TOOL_ENV_KWARGS, env_builder
+from vt_envs.tools.builder import TOOL_ENV_KWARGS, domain_builder, env_builder
 from vt_envs.vector import ToolVectorEnv
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "EnvRegistration",
     "baseline_for",
     "builder_of",
+    "domain_builder",
     "env_builder",
     "make",
     "make_mixture",
