@@ -1,7 +1,9 @@
 """VT-SWE-v0: fix a bug in a Python repository with bash and an editor; hidden tests grade it.
 
-- :mod:`~vt_envs.domains.swe.env`: the episode (:func:`make_swe_env`, registered as
-  ``VT-SWE-v0``); :mod:`~vt_envs.domains.swe.tools`: ``bash`` and ``editor`` over one
+- :mod:`~vt_envs.domains.swe.config`: the declared domain (:class:`SWEConfig`, its
+  keywords; :data:`SWE`, how its parts are built) and :mod:`~vt_envs.domains.swe.env`:
+  the episode (:func:`make_swe_env`, registered as ``VT-SWE-v0``);
+  :mod:`~vt_envs.domains.swe.tools`: ``bash`` and ``editor`` over one
   working copy per episode (:mod:`~vt_envs.domains.swe.workspace`,
   :mod:`~vt_envs.domains.swe.editor`, :mod:`~vt_envs.domains.swe.files`);
 - the reward: :mod:`~vt_envs.domains.swe.verifier` and

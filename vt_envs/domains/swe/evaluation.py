@@ -2,7 +2,7 @@
 
 **The trees.** The agent never sees the hidden tests: they live in the task's
 pristine repository in the task cache (hidden from every sandbox, see
-:func:`~vt_envs.domains.swe.env.answer_paths`; the agent's working copy was
+:func:`~vt_envs.domains.swe.config.answer_paths`; the agent's working copy was
 made without them). The evaluation never runs pytest in the agent's tree
 either. It copies the pristine repository and applies to it only the agent's
 *source* changes (:func:`agent_changes`): files it edited, added or deleted,
