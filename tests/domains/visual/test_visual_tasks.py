@@ -6,7 +6,8 @@ import pytest
 
 from vt_envs.core.task import Task
 from vt_envs.domains.visual.scenes import SCENE_KINDS
-from vt_envs.domains.visual.tasks import LETTERS, ChoiceMatch, scene_of, visual_tasks
+from vt_envs.domains.visual.tasks import LETTERS, scene_of, visual_tasks
+from vt_envs.domains.visual.verifier import ChoiceMatch
 from vt_envs.errors import InvalidConfigError
 
 

@@ -228,17 +228,17 @@ def _search_days(db_path: str, split: str, pair: tuple[Task, Task], k: int) -> T
 def number_scene(seed: int) -> tuple[np.ndarray, tuple[int, int], tuple[tuple[int, ...], ...]]:
     """The ``crop_product`` scene of ``seed``: ``(image, the two numbers, their boxes)``."""
     from vt_envs.domains.visual.ops import as_image_array
-    from vt_envs.domains.visual.scenes import _canvas, _font, _free_spot
+    from vt_envs.domains.visual.scenes import cluttered_canvas, free_spot, scene_font
 
     rng = np.random.default_rng([10, seed])
-    image, draw = _canvas(rng)
+    image, draw = cluttered_canvas(rng)
     width, height = image.size
     numbers = tuple(int(n) for n in rng.integers(100, 1000, size=2))
     boxes, taken = [], []
     for number in numbers:
-        font = _font(int(rng.integers(9, 13)))
+        font = scene_font(int(rng.integers(9, 13)))
         left, top, right, bottom = draw.textbbox((0, 0), str(number), font=font)
-        box = _free_spot(
+        box = free_spot(
             rng, (right - left + 8, bottom - top + 8), (16, 16, width - 16, height - 16), taken
         )
         draw.rectangle(

@@ -54,7 +54,18 @@ from vt_envs.domains.visual.bbox import union_box
 from vt_envs.domains.visual.ops import as_image_array
 from vt_envs.errors import InvalidConfigError
 
-__all__ = ["COLOURS", "SCENE_KINDS", "Mark", "Scene", "SceneSpec", "describe_scene", "render_scene"]
+__all__ = [
+    "COLOURS",
+    "SCENE_KINDS",
+    "Mark",
+    "Scene",
+    "SceneSpec",
+    "cluttered_canvas",
+    "describe_scene",
+    "free_spot",
+    "render_scene",
+    "scene_font",
+]
 
 SCENE_KINDS = ("label", "color", "count", "relation")
 
@@ -132,7 +143,8 @@ class Scene:
 
 
 @functools.lru_cache(maxsize=16)
-def _font(size: int) -> ImageFont.FreeTypeFont:
+def scene_font(size: int) -> ImageFont.FreeTypeFont:
+    """The scenes' font at ``size`` pixels (PIL's default, cached)."""
     return ImageFont.load_default(size=size)
 
 
@@ -146,7 +158,7 @@ def _canvas_size(rng: np.random.Generator) -> tuple[int, int]:
     return int(rng.integers(1024, 1537)), int(rng.integers(1024, 1281))
 
 
-def _canvas(
+def cluttered_canvas(
     rng: np.random.Generator, size: tuple[int, int] | None = None
 ) -> tuple[Image.Image, ImageDraw.ImageDraw]:
     """A cluttered canvas of ``size`` (drawn from ``rng`` when ``None``)."""
@@ -170,11 +182,11 @@ def _canvas(
     for _ in range(int(rng.integers(4, 9))):
         word = _WORDS[int(rng.integers(len(_WORDS)))]
         xy = (int(rng.integers(0, width - 200)), int(rng.integers(0, height - 60)))
-        draw.text(xy, word, fill=_muted(rng), font=_font(int(rng.integers(36, 64))))
+        draw.text(xy, word, fill=_muted(rng), font=scene_font(int(rng.integers(36, 64))))
     return image, draw
 
 
-def _free_spot(
+def free_spot(
     rng: np.random.Generator,
     size: tuple[int, int],
     bounds: Box,
@@ -200,7 +212,7 @@ def _free_spot(
 
 
 def _tag(draw: ImageDraw.ImageDraw, mark: Mark) -> None:
-    box, font = mark.box, _font(mark.font_size)
+    box, font = mark.box, scene_font(mark.font_size)
     left, top, _, _ = font.getbbox(mark.text)
     draw.rectangle((box[0], box[1], box[2] - 1, box[3] - 1), fill=(255, 255, 255), outline=_BLACK)
     draw.text((box[0] + 4 - left, box[1] + 4 - top), mark.text, fill=_BLACK, font=font)
@@ -279,8 +291,8 @@ def _label(rng: np.random.Generator) -> SceneSpec:
     size = _canvas_size(rng)
     choices = _answer_first(_code_cluster(rng), rng)
     code, font_size = choices[0], int(rng.integers(9, 13))
-    left, top, right, bottom = _font(font_size).getbbox(code)
-    box = _free_spot(rng, (right - left + 8, bottom - top + 8), _inner(size), [])
+    left, top, right, bottom = scene_font(font_size).getbbox(code)
+    box = free_spot(rng, (right - left + 8, bottom - top + 8), _inner(size), [])
     question = "What does the small white tag with a black border say?"
     mark = Mark("tag", box, text=code, font_size=font_size)
     return SceneSpec("label", size, question, code, choices, (box,), (mark,))
@@ -291,7 +303,7 @@ def _color(rng: np.random.Generator) -> SceneSpec:
     names = list(COLOURS)
     colour = names[int(rng.integers(len(names)))]
     side = int(rng.integers(14, 23))
-    box = _free_spot(rng, (side, side), _inner(size), [])
+    box = free_spot(rng, (side, side), _inner(size), [])
     others = [n for n in names if n != colour]
     decoys = [others[i] for i in rng.choice(len(others), size=3, replace=False)]
     question = "What colour is the small triangle?"
@@ -305,13 +317,13 @@ def _count(rng: np.random.Generator) -> SceneSpec:
     choices = _answer_first(tuple(str(start + i) for i in range(4)), rng)
     n = int(choices[0])
     region_w, region_h = int(rng.integers(260, 420)), int(rng.integers(260, 420))
-    region = _free_spot(rng, (region_w, region_h), _inner(size), [])
+    region = free_spot(rng, (region_w, region_h), _inner(size), [])
     interior = (region[0] + 10, region[1] + 10, region[2] - 10, region[3] - 10)
     inside: list[Box] = []
-    crosses = [_free_spot(rng, (14, 14), interior, inside, gap=10) for _ in range(n)]
+    crosses = [free_spot(rng, (14, 14), interior, inside, gap=10) for _ in range(n)]
     outside = [region]
     for _ in range(int(rng.integers(2, 6))):
-        crosses.append(_free_spot(rng, (14, 14), _inner(size), outside))
+        crosses.append(free_spot(rng, (14, 14), _inner(size), outside))
     question = "How many small black crosses (x marks) are inside the red-outlined box?"
     marks = (Mark("frame", region, COLOURS["red"]), *(Mark("cross", box) for box in crosses))
     return SceneSpec("count", size, question, str(n), choices, (region,), marks)
@@ -325,8 +337,8 @@ def _relation(rng: np.random.Generator) -> SceneSpec:
     axis = 0 if horizontal else 1
     while True:
         taken: list[Box] = []
-        ring = _free_spot(rng, (20, 20), _inner(size), taken)
-        star = _free_spot(rng, (20, 20), _inner(size), taken)
+        ring = free_spot(rng, (20, 20), _inner(size), taken)
+        star = free_spot(rng, (20, 20), _inner(size), taken)
         if abs(ring[axis] - star[axis]) >= 80:
             break
     if horizontal:
@@ -360,7 +372,7 @@ def render_scene(kind: str, seed: int) -> Scene:
     """The scene of ``kind`` for ``seed`` (the same pixels on every machine with this Pillow):
     :func:`describe_scene`'s marks painted over clutter from the seed's second stream."""
     spec = describe_scene(kind, seed)
-    image, draw = _canvas(_stream(kind, seed, 1), spec.size)
+    image, draw = cluttered_canvas(_stream(kind, seed, 1), spec.size)
     for mark in spec.marks:
         _PAINT[mark.shape](draw, mark)
     return Scene(

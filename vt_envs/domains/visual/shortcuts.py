@@ -152,7 +152,8 @@ class ShortcutPolicy(Policy):
 
 @functools.lru_cache(maxsize=2)
 def _fitted_table(tasks: int) -> tuple[tuple[str, str], ...]:
-    from vt_envs.domains.visual.tasks import ChoiceMatch, visual_tasks
+    from vt_envs.domains.visual.tasks import visual_tasks
+    from vt_envs.domains.visual.verifier import ChoiceMatch
 
     fitted = fit_shortcut(visual_tasks("train", size=tasks), ChoiceMatch())
     return tuple((kind, statistic) for kind, (statistic, _) in sorted(fitted.items()))

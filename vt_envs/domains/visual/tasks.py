@@ -12,13 +12,13 @@ target boxes for oracles and crop checks. Train and test draw seeds from
 disjoint streams (even and odd), so no held-out scene is ever trained on.
 
 Multiple choice: the choices are shuffled with the task's seed and lettered
-``(A)``…; the gold is the letter, and :class:`ChoiceMatch` also accepts the
-option's text. Open form: the gold is the answer text.
+``(A)``…; the gold is the letter, and
+:class:`~vt_envs.domains.visual.verifier.ChoiceMatch` also accepts the option's
+text. Open form: the gold is the answer text.
 """
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 
@@ -26,7 +26,6 @@ import numpy as np
 from PIL import Image
 
 from vt_envs.core.task import GeneratedTasks, Task
-from vt_envs.core.verifier import Score, Verifier
 from vt_envs.domains.visual.ops import as_image_array
 from vt_envs.domains.visual.scenes import (
     SCENE_KINDS,
@@ -39,7 +38,6 @@ from vt_envs.errors import InvalidConfigError
 
 __all__ = [
     "LETTERS",
-    "ChoiceMatch",
     "TaskImages",
     "images_of_task",
     "scene_of",
@@ -49,7 +47,6 @@ __all__ = [
 
 LETTERS = "ABCDEFGH"
 _SPLIT_OFFSET = {"train": 0, "test": 1}
-_LETTER = re.compile(r"^\s*\(?([A-H])\)?(?:[\s.:)]|$)")
 
 
 def scene_of(kind: str, seed: int) -> Scene:
@@ -181,28 +178,3 @@ def visual_tasks(
 
     default = 10_000 if split == "train" else 200
     return GeneratedTasks(generate, size or default, name="visual", split=split)
-
-
-def _normalize(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
-
-
-class ChoiceMatch(Verifier):
-    """Scores a letter (``"B"``, ``"(B)"``, ``"B) blue"``) or an option's text against the gold
-    letter; in the open form, the normalized answer against the gold text."""
-
-    cheap = True  # a letter or a normalized string compared
-
-    def score(self, task: Task, answer: str) -> Score:
-        choices = list(task.assets.get("choices", ()))
-        gold = str(task.gold)
-        if choices:
-            match = _LETTER.match(answer)
-            given = match.group(1) if match else None
-            if given is None:
-                texts = {_normalize(c): LETTERS[i] for i, c in enumerate(choices)}
-                given = texts.get(_normalize(answer))
-            value = float(given == gold)
-        else:
-            value = float(_normalize(answer) == _normalize(gold))
-        return Score(value, {"correct": value}, "" if value else f"expected {gold!r}")
