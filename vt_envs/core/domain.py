@@ -64,7 +64,8 @@ class Domain(Generic[C]):
         tools: ``config -> [Tool, ...]``, the id's own tools.
         tasks: ``config -> TaskSource``.
         verifier: ``config -> Verifier``.
-        instructions: the system prompt's task description.
+        instructions: the system prompt's task description, or ``config -> str``
+            when the config changes it (VT-Visual-v0 states its box convention).
         episode: the ``ToolEnv`` keywords this id sets another default for
             (``{"max_turns": 5, ...}``); a user's keyword overrides them.
         env_kwargs: ``config -> {ToolEnv keyword: value}`` for keywords the config
@@ -80,7 +81,7 @@ class Domain(Generic[C]):
     tools: Callable[[C], Sequence[Tool]]
     tasks: Callable[[C], TaskSource]
     verifier: Callable[[C], Verifier]
-    instructions: str
+    instructions: str | Callable[[C], str]
     episode: Mapping[str, Any] = field(default_factory=dict)
     env_kwargs: Callable[[C], Mapping[str, Any]] | None = None
     env_class: type[ToolEnv] = ToolEnv
@@ -154,7 +155,9 @@ class Domain(Generic[C]):
             tools=list(self.tools(config)),
             tasks=self.tasks(config),
             verifier=self.verifier(config),
-            instructions=self.instructions,
+            instructions=(
+                self.instructions(config) if callable(self.instructions) else self.instructions
+            ),
             name=self.id,
             **{**decided, **env_kwargs},
         )

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vt_envs.core.domain import Domain
-from vt_envs.core.env import ToolEnv
 from vt_envs.core.task import TaskSource
 from vt_envs.domains.visual.bbox import BBOX_FORMATS, describe_format
 from vt_envs.domains.visual.loaders import load_easy_vqa, load_vstar
@@ -119,25 +117,13 @@ def env_kwargs(config: VisualConfig) -> dict[str, Any]:
     return {"task_images": config.image_store.images}
 
 
-@dataclass(frozen=True)
-class _VisualDomain(Domain[VisualConfig]):
-    """A :class:`Domain` whose instructions are the config's (:func:`instructions`):
-    ``Domain.instructions`` is one string for every config, and VT-Visual-v0's states
-    the config's bbox convention. ``instructions`` holds the template."""
-
-    def make(self, kwargs: Mapping[str, Any]) -> ToolEnv:
-        config, _ = self.configure(kwargs)
-        stated = dataclasses.replace(self, instructions=instructions(config))
-        return Domain.make(stated, kwargs)
-
-
-VISUAL: Domain[VisualConfig] = _VisualDomain(
+VISUAL: Domain[VisualConfig] = Domain(
     id="VT-Visual-v0",
     config=VisualConfig,
     tools=tools,
     tasks=tasks,
     verifier=verifier,
-    instructions=INSTRUCTIONS,
+    instructions=instructions,
     episode={"max_turns": 6, "max_episode_tokens": 8192},
     env_kwargs=env_kwargs,
     fixed={"action_format": ("json", "its tools take several arguments: JSON tool calls")},
