@@ -21,7 +21,7 @@ from vt_envs.core.task import GeneratedTasks, Task, TaskList, TaskSource
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
 from vt_envs.core.tool import Tool, ToolResult, tool_registry
 from vt_envs.core.verifier import ExactMatch, Score, Verifier
-from vt_envs.core.wrappers import install as _install_async_wrappers
+from vt_envs.core.wrappers import aclose, areset, astep, bind_step_limits, stop_strings
 from vt_envs.registration import (
     baseline_for,
     domain_builder,
@@ -63,7 +63,10 @@ __all__ = [
     "ToolVectorEnv",
     "Verifier",
     "__version__",
+    "aclose",
+    "areset",
     "arun_episode",
+    "astep",
     "baseline_for",
     "check",
     "domain_builder",
@@ -79,10 +82,11 @@ __all__ = [
     "registered_envs",
     "run_episode",
     "shortcut_for",
+    "stop_strings",
     "tool_registry",
 ]
 
-_install_async_wrappers()
+bind_step_limits()
 
 
 def __getattr__(name: str) -> object:

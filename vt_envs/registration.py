@@ -128,6 +128,10 @@ def register_env(
         entry_point=builder,
         vector_entry_point=functools.partial(make_vec, id),
         kwargs=dict(registration.kwargs),
+        # The env refuses a step before reset itself and `vt_envs.check` runs Gymnasium's
+        # checker: gym.make returns the env, with its async API, unwrapped.
+        order_enforce=False,
+        disable_env_checker=True,
     )
     return registration
 
@@ -178,9 +182,10 @@ def _load(path: str | Callable[..., Any]) -> Any:
 def make(env_id: str | gym.envs.registration.EnvSpec, **kwargs: Any) -> ToolEnv:
     """Build the raw :class:`ToolEnv` for ``env_id`` (no Gymnasium wrappers).
 
-    Use it for async code (``await env.astep(...)``) and vector envs;
-    ``gym.make`` adds Gymnasium's checking wrappers around the same env (and
-    its wrappers have the async API too). ``env_id`` may also be an
+    ``gym.make`` returns the same env unless asked for wrappers
+    (``max_episode_steps=``, ``disable_env_checker=False``); through wrappers the
+    async API is ``vt_envs.areset(env, ...)`` / ``vt_envs.astep(env, action)``
+    (:mod:`vt_envs.core.wrappers`). ``env_id`` may also be an
     ``EnvSpec`` (``env.spec``): its kwargs are used, updated by ``kwargs``.
     ``env.spec`` carries every keyword the env was built with, so
     ``gym.make(env.spec)`` or ``vt_envs.make(env.spec)`` builds the same env.

@@ -170,7 +170,8 @@ def test_disabled_autoreset_and_reset_mask():
 
 
 def test_sub_env_wrappers_are_kept():
-    venv = ToolVectorEnv([gym.make("VT-Lookup-v0") for _ in range(2)])
+    wrapped = [gym.make("VT-Lookup-v0", disable_env_checker=False) for _ in range(2)]
+    venv = ToolVectorEnv([gym.wrappers.OrderEnforcing(env) for env in wrapped])
     assert all(isinstance(e, gym.wrappers.OrderEnforcing) for e in venv.envs)
     venv.reset(seed=0)
     venv.step(["thinking", "thinking"])

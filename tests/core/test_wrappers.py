@@ -1,4 +1,6 @@
-"""What gym.make returns has the async API, through Gymnasium's wrappers (not around them)."""
+"""gym.make returns the VT env itself; through Gymnasium's wrappers the async API is
+vt_envs.areset/astep/aclose (each wrapper's async twin runs), and Gymnasium's classes
+gain nothing."""
 
 from __future__ import annotations
 
@@ -10,25 +12,38 @@ from gymnasium.error import ResetNeeded
 import vt_envs
 from vt_envs import ExactMatch, ToolEnv
 from vt_envs.core.wrappers import AsyncTwin, register_async_twin
-from vt_envs.errors import AsyncWrapperError
+from vt_envs.errors import AsyncWrapperError, ResetNeededError
+
+
+def test_gym_make_returns_the_env_and_gymnasium_is_not_patched():
+    env = gym.make("VT-Lookup-v0")
+    assert type(env) is ToolEnv and env.unwrapped is env  # its async API is its own
+    for name in ("areset", "astep", "aclose", "stop_strings"):
+        assert not hasattr(gym.Wrapper, name), name  # no attribute added for everyone
+    with pytest.raises(ResetNeededError):  # what OrderEnforcing did, the env does itself
+        env.step("<answer>1</answer>")
+    env.close()
 
 
 @pytest.mark.asyncio
-async def test_gym_make_env_awaits_through_its_wrappers():
-    env = gym.make("VT-Lookup-v0")
-    assert isinstance(env, gym.Wrapper) and env.stop_strings == env.unwrapped.stop_strings
-    with pytest.raises(ResetNeeded):  # OrderEnforcing holds for the async API too
-        await env.astep("<answer>1</answer>")
-    obs, info = await env.areset(seed=0)
-    checker = env.env  # OrderEnforcing -> PassiveEnvChecker
-    assert isinstance(checker, gym.wrappers.PassiveEnvChecker) and checker.checked_reset
+async def test_the_async_api_goes_through_gymnasiums_wrappers():
+    env = gym.make("VT-Lookup-v0", disable_env_checker=False)  # the passive checker
+    checker = env
+    assert isinstance(checker, gym.wrappers.PassiveEnvChecker)
+    assert vt_envs.stop_strings(env) == env.unwrapped.stop_strings
+    obs, info = await vt_envs.areset(env, seed=0)
+    assert checker.checked_reset  # the passive checker ran on the awaited reset
     key = env.unwrapped.task.metadata["key"]
-    obs, reward, terminated, truncated, info = await env.astep(f"<lookup>{key}</lookup>")
-    assert checker.checked_step  # the passive checker ran on the awaited step
+    obs, reward, terminated, truncated, info = await vt_envs.astep(env, f"<lookup>{key}</lookup>")
+    assert checker.checked_step  # ... and on the awaited step
     value = info["message"]["content"]
-    _, reward, terminated, _, _ = await env.astep(f"<answer>{value}</answer>")
+    _, reward, terminated, _, _ = await vt_envs.astep(env, f"<answer>{value}</answer>")
     assert reward == 1.0 and terminated
-    await env.aclose()
+    ordered = gym.wrappers.OrderEnforcing(vt_envs.make("VT-Lookup-v0"))
+    with pytest.raises(ResetNeeded):  # OrderEnforcing's own check, awaited
+        await vt_envs.astep(ordered, "<answer>1</answer>")
+    await vt_envs.aclose(env)
+    await vt_envs.aclose(ordered)
 
 
 @pytest.mark.asyncio
@@ -41,9 +56,9 @@ async def test_the_passive_checker_catches_a_bad_awaited_step():
     env = gym.wrappers.PassiveEnvChecker(
         BadReward(tools=[EchoTool()], tasks=make_tasks(), verifier=ExactMatch(), instructions="")
     )
-    await env.areset(seed=0)
+    await vt_envs.areset(env, seed=0)
     with pytest.raises(AssertionError, match="must be a python dictionary"):
-        await env.astep("<echo>x</echo>")
+        await vt_envs.astep(env, "<echo>x</echo>")
 
 
 def _time_limited(n: int, tool: EchoTool) -> gym.Env:
@@ -62,9 +77,9 @@ def test_max_episode_steps_ends_the_episode_like_the_env_budgets(run):
     assert env.unwrapped._turn_limit() == 2
 
     async def play():
-        await env.areset(seed=0)
-        await env.astep("<echo>a</echo>")
-        return await env.astep("<echo>b</echo>")
+        await vt_envs.areset(env, seed=0)
+        await vt_envs.astep(env, "<echo>a</echo>")
+        return await vt_envs.astep(env, "<echo>b</echo>")
 
     if run == "sync":
         env.reset(seed=0)
@@ -94,26 +109,26 @@ async def test_a_wrapper_without_an_async_twin_is_named():
             return obs, 2 * reward, *rest
 
     env = Doubler(vt_envs.make("VT-Lookup-v0"))
-    await env.areset(seed=0)  # reset is not overridden: forwarded
+    await vt_envs.areset(env, seed=0)  # reset is not overridden: forwarded
     with pytest.raises(AsyncWrapperError, match=r"Doubler .* overrides step"):
-        await env.astep("<answer>1</answer>")
+        await vt_envs.astep(env, "<answer>1</answer>")
 
     async def astep(wrapper, action):
-        obs, reward, *rest = await wrapper.env.astep(action)
+        obs, reward, *rest = await vt_envs.astep(wrapper.env, action)
         return obs, 2 * reward, *rest
 
     register_async_twin(Doubler, AsyncTwin(astep=astep))
     key = env.unwrapped.task.metadata["key"]
-    _, _, _, _, info = await env.astep(f"<lookup>{key}</lookup>")
-    _, reward, *_ = await env.astep(f"<answer>{info['message']['content']}</answer>")
+    _, _, _, _, info = await vt_envs.astep(env, f"<lookup>{key}</lookup>")
+    _, reward, *_ = await vt_envs.astep(env, f"<answer>{info['message']['content']}</answer>")
     assert reward == 2.0
-    await env.aclose()
+    await vt_envs.aclose(env)
 
 
 @pytest.mark.asyncio
 async def test_record_episode_statistics_counts_awaited_steps():
     env = gym.wrappers.RecordEpisodeStatistics(gym.make("VT-Lookup-v0"))
-    await env.areset(seed=0)
-    _, _, _, _, info = await env.astep("<answer>nope</answer>")
+    await vt_envs.areset(env, seed=0)
+    _, _, _, _, info = await vt_envs.astep(env, "<answer>nope</answer>")
     assert info["episode"]["l"] == 1 and env.episode_count == 1
-    await env.aclose()
+    await vt_envs.aclose(env)

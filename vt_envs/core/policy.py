@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vt_envs.core.task import Task
+from vt_envs.core.wrappers import areset, astep
 
 __all__ = [
     "AnswerAtOncePolicy",
@@ -116,17 +117,17 @@ async def arun_episode(
     seed: int | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> EpisodeResult:
-    """Run one episode of ``policy`` on the raw :class:`ToolEnv` ``env`` (async).
+    """Run one episode of ``policy`` on the VT env ``env`` (async; through its wrappers).
 
     ``tokens`` collects every observation id in order (actions are text, so
     their ids are not included).
     """
-    obs, info = await env.areset(seed=seed, options=options)
+    obs, info = await areset(env, seed=seed, options=options)
     result = _start(policy, env.task, obs, info)
     while True:
         action = policy.act(obs["text"], info)
         result.actions.append(action)
-        obs, reward, terminated, truncated, info = await env.astep(action)
+        obs, reward, terminated, truncated, info = await astep(env, action)
         _record(result, obs, info)
         if _end(result, reward, terminated, truncated):
             return result

@@ -1,22 +1,26 @@
-"""Gymnasium's wrappers, taught VT's async API.
+"""VT's async API through Gymnasium's wrappers, without changing Gymnasium's classes.
 
-``gym.make("VT-Math-v0")`` returns the :class:`~vt_envs.core.env.ToolEnv`
-inside Gymnasium's ``PassiveEnvChecker`` and ``OrderEnforcing`` (and
-``TimeLimit`` with ``max_episode_steps``). Gymnasium 1.x wrappers forward no
-attributes, so without this module ``await env.astep(...)`` would not exist on
-what ``gym.make`` returns, and reaching for ``env.unwrapped`` would skip the
-order check and the passive checker.
+``gym.make("VT-Math-v0")`` returns the :class:`~vt_envs.core.env.ToolEnv` itself
+(VT ids are registered with ``order_enforce=False`` and
+``disable_env_checker=True``: the env refuses a step before reset on its own,
+and ``vt_envs.check`` runs Gymnasium's checker), so ``await env.astep(...)``
+works on it. Once wrappers are around it — ``gym.make(id,
+max_episode_steps=N)`` adds ``TimeLimit``, ``disable_env_checker=False`` the
+passive checker, a user adds ``RecordEpisodeStatistics`` — the async API is
+:func:`areset`, :func:`astep`, :func:`aclose` and :func:`stop_strings` (also
+``vt_envs.areset``, ...): each goes *through* the wrappers. A wrapper that
+changes ``reset``/``step`` has an *async twin* of its own logic, so awaiting
+through it checks and counts exactly as calling through it does; a wrapper
+that only forwards is awaited straight through; any other wrapper raises
+:class:`~vt_envs.errors.AsyncWrapperError` naming it (register a twin with
+:func:`register_async_twin`). Gymnasium's ``Wrapper`` gains no attribute.
 
-:func:`install` (run by ``import vt_envs``) gives ``gymnasium.Wrapper`` the
-coroutines ``areset``/``astep``/``aclose`` and the ``stop_strings``
-property. Each wrapper that changes ``reset``/``step`` has an *async twin*
-of its own logic, so awaiting through a wrapper checks and counts exactly as
-calling through it does; a wrapper that only forwards is awaited straight
-through; any other wrapper raises :class:`~vt_envs.errors.AsyncWrapperError`
-naming it (register a twin with :func:`register_async_twin`). Nothing of
-Gymnasium's is replaced; ``TimeLimit.__init__`` is extended to tell a
-ToolEnv its step limit (:meth:`ToolEnv.bind_step_limit`), so the env's own
-truncation (sessions closed, ``reward_parts``) lands on the same step.
+One hook remains, scoped to VT envs: :func:`bind_step_limits` (run by ``import
+vt_envs``) extends ``TimeLimit.__init__`` to tell the env it wraps its step
+limit when that env has ``bind_step_limit`` (a ToolEnv), so the env's own
+truncation (sessions closed, ``reward_parts``) lands on the same step; other
+envs are untouched. Gymnasium gives an entry point no other way to learn
+``gym.make``'s ``max_episode_steps``.
 """
 
 from __future__ import annotations
@@ -37,7 +41,15 @@ from gymnasium.utils.passive_env_checker import (
 
 from vt_envs.errors import AsyncWrapperError
 
-__all__ = ["AsyncTwin", "install", "register_async_twin"]
+__all__ = [
+    "AsyncTwin",
+    "aclose",
+    "areset",
+    "astep",
+    "bind_step_limits",
+    "register_async_twin",
+    "stop_strings",
+]
 
 ResetResult = tuple[Any, dict[str, Any]]
 StepResult = tuple[Any, Any, bool, bool, dict[str, Any]]
@@ -48,8 +60,9 @@ class AsyncTwin:
     """The async counterparts of one wrapper class's ``reset`` and ``step``.
 
     Each is ``async (wrapper, ...) -> result`` and must do what the sync
-    method does, awaiting ``wrapper.env.areset`` / ``wrapper.env.astep`` where
-    the sync one calls ``wrapper.env.reset`` / ``wrapper.env.step``. ``None``
+    method does, awaiting ``vt_envs.areset(wrapper.env, ...)`` /
+    ``vt_envs.astep(wrapper.env, action)`` where the sync one calls
+    ``wrapper.env.reset`` / ``wrapper.env.step``. ``None``
     means the sync method is Gymnasium's plain forwarding one.
     """
 
@@ -77,36 +90,44 @@ def _twin_for(wrapper: gym.Wrapper, method: str) -> Callable[..., Awaitable[Any]
             if found is None:
                 raise AsyncWrapperError(
                     f"{cls.__name__} (wrapping a VT env) overrides {method}() but has no async "
-                    f"twin, so `await env.a{method}(...)` cannot go through it. Register one "
-                    "with vt_envs.core.wrappers.register_async_twin, or call the sync "
+                    f"twin, so `await vt_envs.a{method}(env, ...)` cannot go through it. "
+                    "Register one with vt_envs.core.wrappers.register_async_twin, or call the sync "
                     f"{method}()."
                 )
             return found
     return None
 
 
-async def _wrapper_areset(
-    self: gym.Wrapper, *, seed: int | None = None, options: Mapping[str, Any] | None = None
+async def areset(
+    env: Any, *, seed: int | None = None, options: Mapping[str, Any] | None = None
 ) -> ResetResult:
-    twin = _twin_for(self, "reset")
-    if twin is not None:
-        return await twin(self, seed=seed, options=options)
-    return await self.env.areset(seed=seed, options=options)
+    """``await env.areset(...)`` through whatever Gymnasium wrappers ``env`` has."""
+    if isinstance(env, gym.Wrapper):
+        twin = _twin_for(env, "reset")
+        if twin is not None:
+            return await twin(env, seed=seed, options=options)
+        return await areset(env.env, seed=seed, options=options)
+    return await env.areset(seed=seed, options=options)
 
 
-async def _wrapper_astep(self: gym.Wrapper, action: Any) -> StepResult:
-    twin = _twin_for(self, "step")
-    if twin is not None:
-        return await twin(self, action)
-    return await self.env.astep(action)
+async def astep(env: Any, action: Any) -> StepResult:
+    """``await env.astep(action)`` through whatever Gymnasium wrappers ``env`` has."""
+    if isinstance(env, gym.Wrapper):
+        twin = _twin_for(env, "step")
+        if twin is not None:
+            return await twin(env, action)
+        return await astep(env.env, action)
+    return await env.astep(action)
 
 
-async def _wrapper_aclose(self: gym.Wrapper) -> None:
-    await self.env.aclose()
+async def aclose(env: Any) -> None:
+    """Close the VT env under ``env``'s wrappers (their own ``close`` does not run)."""
+    await env.unwrapped.aclose()
 
 
-def _wrapper_stop_strings(self: gym.Wrapper) -> tuple[str, ...]:
-    return self.env.stop_strings
+def stop_strings(env: Any) -> tuple[str, ...]:
+    """The stop strings of the VT env under ``env``'s wrappers."""
+    return tuple(env.unwrapped.stop_strings)
 
 
 # ---------------------------------------------------------------- the twins
@@ -128,7 +149,7 @@ class _Replay:
 
 
 async def _checker_areset(self: Any, *, seed=None, options=None) -> ResetResult:
-    result = await self.env.areset(seed=seed, options=options)
+    result = await areset(self.env, seed=seed, options=options)
     if not self.checked_reset:
         self.checked_reset = True
         self._previous_data = env_reset_passive_checker(_Replay(self.env, result))
@@ -136,7 +157,7 @@ async def _checker_areset(self: Any, *, seed=None, options=None) -> ResetResult:
 
 
 async def _checker_astep(self: Any, action: Any) -> StepResult:
-    result = await self.env.astep(action)
+    result = await astep(self.env, action)
     obs, _, _, _, info = result
     if not self.checked_step:
         self.checked_step = True
@@ -152,22 +173,22 @@ async def _checker_astep(self: Any, action: Any) -> StepResult:
 
 async def _order_areset(self: Any, *, seed=None, options=None) -> ResetResult:
     self._has_reset = True
-    return await self.env.areset(seed=seed, options=options)
+    return await areset(self.env, seed=seed, options=options)
 
 
 async def _order_astep(self: Any, action: Any) -> StepResult:
     if not self._has_reset:
         raise ResetNeeded("Cannot call env.step() before calling env.reset()")
-    return await self.env.astep(action)
+    return await astep(self.env, action)
 
 
 async def _time_limit_areset(self: Any, *, seed=None, options=None) -> ResetResult:
     self._elapsed_steps = 0
-    return await self.env.areset(seed=seed, options=options)
+    return await areset(self.env, seed=seed, options=options)
 
 
 async def _time_limit_astep(self: Any, action: Any) -> StepResult:
-    obs, reward, terminated, truncated, info = await self.env.astep(action)
+    obs, reward, terminated, truncated, info = await astep(self.env, action)
     self._elapsed_steps += 1
     if self._elapsed_steps >= self._max_episode_steps:
         truncated = True
@@ -175,7 +196,7 @@ async def _time_limit_astep(self: Any, action: Any) -> StepResult:
 
 
 async def _statistics_areset(self: Any, *, seed=None, options=None) -> ResetResult:
-    result = await self.env.areset(seed=seed, options=options)
+    result = await areset(self.env, seed=seed, options=options)
     self.episode_start_time = time.perf_counter()
     self.episode_returns = 0.0
     self.episode_lengths = 0
@@ -183,7 +204,7 @@ async def _statistics_areset(self: Any, *, seed=None, options=None) -> ResetResu
 
 
 async def _statistics_astep(self: Any, action: Any) -> StepResult:
-    obs, reward, terminated, truncated, info = await self.env.astep(action)
+    obs, reward, terminated, truncated, info = await astep(self.env, action)
     self.episode_returns += reward
     self.episode_lengths += 1
     if terminated or truncated:
@@ -214,18 +235,17 @@ def _bind_time_limit(init: Callable[..., None]) -> Callable[..., None]:
     return __init__
 
 
-def install() -> None:
-    """Give Gymnasium's wrappers the async API (idempotent)."""
-    gym.Wrapper.areset = _wrapper_areset
-    gym.Wrapper.astep = _wrapper_astep
-    gym.Wrapper.aclose = _wrapper_aclose
-    gym.Wrapper.stop_strings = property(_wrapper_stop_strings)
-    wrappers = gym.wrappers
-    register_async_twin(wrappers.PassiveEnvChecker, AsyncTwin(_checker_areset, _checker_astep))
-    register_async_twin(wrappers.OrderEnforcing, AsyncTwin(_order_areset, _order_astep))
-    register_async_twin(wrappers.TimeLimit, AsyncTwin(_time_limit_areset, _time_limit_astep))
-    register_async_twin(
-        wrappers.RecordEpisodeStatistics, AsyncTwin(_statistics_areset, _statistics_astep)
-    )
-    if not getattr(wrappers.TimeLimit.__init__, "_vt_binds_step_limit", False):
-        wrappers.TimeLimit.__init__ = _bind_time_limit(wrappers.TimeLimit.__init__)
+register_async_twin(gym.wrappers.PassiveEnvChecker, AsyncTwin(_checker_areset, _checker_astep))
+register_async_twin(gym.wrappers.OrderEnforcing, AsyncTwin(_order_areset, _order_astep))
+register_async_twin(gym.wrappers.TimeLimit, AsyncTwin(_time_limit_areset, _time_limit_astep))
+register_async_twin(
+    gym.wrappers.RecordEpisodeStatistics, AsyncTwin(_statistics_areset, _statistics_astep)
+)
+
+
+def bind_step_limits() -> None:
+    """Make ``TimeLimit`` tell a VT env it wraps its step limit (idempotent; envs
+    without ``bind_step_limit`` are untouched)."""
+    time_limit = gym.wrappers.TimeLimit
+    if not getattr(time_limit.__init__, "_vt_binds_step_limit", False):
+        time_limit.__init__ = _bind_time_limit(time_limit.__init__)

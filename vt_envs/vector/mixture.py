@@ -30,6 +30,7 @@ import numpy as np
 from vt_envs.core.loop import run_sync
 from vt_envs.core.policy import Policy
 from vt_envs.core.task import Task, TaskSource
+from vt_envs.core.wrappers import areset, astep
 from vt_envs.errors import InvalidConfigError, UnknownTaskError
 
 __all__ = [
@@ -283,11 +284,12 @@ class MixtureEnv(gym.Env):
         if env_id != self._active:  # the last member's episode ends here, as a reset ends it
             await self._abandon_member(self._active)
         self._active = env_id
-        obs, info = await self.members[env_id].areset(seed=seed, options={**options, "task": inner})
+        member = self.members[env_id]
+        obs, info = await areset(member, seed=seed, options={**options, "task": inner})
         return self._observation(obs), self._info(info)
 
     async def astep(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = await self.members[self._active].astep(action)
+        obs, reward, terminated, truncated, info = await astep(self.members[self._active], action)
         return self._observation(obs), reward, terminated, truncated, self._info(info)
 
     async def atruncate(

@@ -36,6 +36,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from vt_envs.core.loop import run_sync, submit
+from vt_envs.core.wrappers import aclose, areset, astep
 from vt_envs.errors import InvalidConfigError, ResetNeededError, SubEnvError
 from vt_envs.vector.protocol import check_sub_env
 
@@ -110,7 +111,7 @@ class ToolVectorEnv(VectorEnv):
         self, index: int, *, seed: int | None = None, options: Mapping[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Reset sub-env ``index`` alone."""
-        result = await self.envs[index].areset(seed=seed, options=options)
+        result = await areset(self.envs[index], seed=seed, options=options)
         self._episode_over[index] = False
         self._has_reset = True
         self._last_obs[index] = result[0]
@@ -123,7 +124,7 @@ class ToolVectorEnv(VectorEnv):
                 f"sub-env {index} has no running episode; await areset_at({index}) first"
             )
         try:
-            result = await self.envs[index].astep(action)
+            result = await astep(self.envs[index], action)
         except BaseException:
             self._episode_over[index] = True  # whatever state it is in, reset it next
             raise
@@ -297,7 +298,7 @@ class ToolVectorEnv(VectorEnv):
         self.closed = True
 
     async def _close_all(self) -> None:
-        await asyncio.gather(*(env.aclose() for env in self.envs))
+        await asyncio.gather(*(aclose(env) for env in self.envs))
 
     # ------------------------------------------------------------ batching
 
