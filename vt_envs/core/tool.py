@@ -36,16 +36,15 @@ The call contract (what :class:`~vt_envs.core.env.ToolEnv` relies on):
 from __future__ import annotations
 
 import abc
-import importlib
 import math
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
 import numpy as np
 
+from vt_envs.core.registry import Registry
 from vt_envs.errors import InvalidConfigError, UnknownToolError
 
 __all__ = [
@@ -271,48 +270,22 @@ def validate_arguments(schema: Mapping[str, Any], arguments: Any) -> str | None:
     return None
 
 
-class ToolRegistry:
-    """Name → tool class, from built-ins and the ``vt_envs.tools`` entry points.
-
-    Entry points are read lazily on the first lookup, so importing
-    ``vt_envs`` stays cheap and a broken third-party plugin only fails when
-    its tool is asked for.
-    """
+class ToolRegistry(Registry[type[Tool]]):
+    """Name → tool class: the built-ins, yours (``register(name, cls)`` or a lazy
+    ``"module:Class"``), and the ``vt_envs.tools`` entry points of installed packages
+    (read on the first lookup, so importing ``vt_envs`` stays cheap and a broken
+    third-party plugin fails only when its tool is asked for). Registering a taken
+    name replaces it; ``get("module:Class")`` loads a tool nobody registered."""
 
     def __init__(self) -> None:
-        self._classes: dict[str, type[Tool] | str] = {}
-        self._entry_points_loaded = False
-
-    def register(self, name: str, tool: type[Tool] | str) -> None:
-        """Register a tool class, or a lazy ``"module:Class"`` path."""
-        self._classes[name] = tool
-
-    def _load_entry_points(self) -> None:
-        if self._entry_points_loaded:
-            return
-        self._entry_points_loaded = True
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            self._classes.setdefault(ep.name, ep.value)
-
-    def names(self) -> list[str]:
-        self._load_entry_points()
-        return sorted(self._classes)
-
-    def get(self, name: str) -> type[Tool]:
-        """Return the tool class registered as ``name``."""
-        self._load_entry_points()
-        if name not in self._classes:
-            raise UnknownToolError(name, self._classes)
-        tool = self._classes[name]
-        if isinstance(tool, str):
-            module, _, attr = tool.partition(":")
-            tool = getattr(importlib.import_module(module), attr)
-            self._classes[name] = tool
-        return tool
+        super().__init__("tool", entry_point_group=ENTRY_POINT_GROUP, replace=True)
 
     def create(self, name: str, **kwargs: Any) -> Tool:
         """Instantiate the tool registered as ``name`` with ``kwargs``."""
         return self.get(name)(**kwargs)
+
+    def _missing(self, name: str) -> Exception:
+        return UnknownToolError(name, self._items)
 
 
 tool_registry = ToolRegistry()
