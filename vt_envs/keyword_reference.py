@@ -15,10 +15,8 @@ reference page of every ``VT-*`` id; ``--check`` exits 1 when the page is stale.
 from __future__ import annotations
 
 import argparse
-import difflib
 import inspect
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from vt_envs.core.builder import SERVER_KWARGS, TOOL_ENV_KWARGS
 from vt_envs.core.cache import vt_cache_root
 from vt_envs.core.docstrings import documented_names
 from vt_envs.core.env import ToolEnv
+from vt_envs.core.reference_pages import markdown, table_row, write_or_check
 from vt_envs.errors import InvalidConfigError, console_main
 from vt_envs.registration import builder_of, registered_envs, registration_of
 
@@ -192,7 +191,6 @@ def _annotation(parameter: inspect.Parameter | None) -> str:
 # ---------------------------------------------------------------------- the page
 
 _MAX_DEFAULT_CHARS = 60
-_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 
 
 def render_reference(env_ids: Sequence[str] | None = None) -> str:
@@ -204,7 +202,7 @@ def render_reference(env_ids: Sequence[str] | None = None) -> str:
         registration = registration_of(env_id)
         rows = [_row(k) for k in keywords(env_id)]
         parts.append(
-            f"## {registration.id}\n\n{_markdown(registration.description)}.\n\n"
+            f"## {registration.id}\n\n{markdown(registration.description)}.\n\n"
             "| keyword | default | type | what it does |\n|---|---|---|---|\n" + "\n".join(rows)
         )
     return "\n\n".join(parts) + "\n"
@@ -229,12 +227,12 @@ there is no default; "computed": the builder computes it, and giving it is refus
 
 def _row(keyword: Keyword) -> str:
     name = f"`{keyword.name}`" + ("" if keyword.scope == "env" else f" *{keyword.scope}*")
-    text = _markdown(keyword.doc)
+    text = markdown(keyword.doc)
     if keyword.note:
-        note = _markdown(keyword.note)
+        note = markdown(keyword.note)
         text += f" **{note[0].upper()}{note[1:]}.**"
     cells = [name, _code(_default_text(keyword.default)), _code(keyword.annotation), text]
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    return table_row(cells)
 
 
 def _default_text(value: Any) -> str:
@@ -282,20 +280,6 @@ def _code(text: str) -> str:
     return f"{fence}{text}{fence}" if fence == "`" else f"`` {text} ``"
 
 
-def _markdown(text: str) -> str:
-    """Docstring markup as Markdown: ``x`` -> `x`, :class:`~a.B` -> `B` (a module by its
-    full name), and ``<`` outside code escaped (``<submit>`` is not an HTML tag)."""
-    text = _ROLE.sub(_role, text).replace("``", "`")
-    parts = text.split("`")  # the odd parts are code
-    return "`".join(p if i % 2 else p.replace("<", "&lt;") for i, p in enumerate(parts))
-
-
-def _role(match: re.Match[str]) -> str:
-    role, target = match[0].split("`")[0], match[1]
-    short = "~" in match[0] and role != ":mod:"
-    return f"`{target.rsplit('.', 1)[-1] if short else target}`"
-
-
 # ---------------------------------------------------------------------- the command
 
 
@@ -310,31 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--check", action="store_true", help="exit 1 if --out differs from what would be written"
     )
     args = parser.parse_args(argv)
-    page = render_reference()
-    if args.check:
-        return _check(Path(args.out or REFERENCE_PAGE), page)
-    if args.out is None:
-        sys.stdout.write(page)
-        return 0
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page)
-    return 0
-
-
-def _check(path: Path, page: str) -> int:
-    current = path.read_text() if path.exists() else ""
-    if current == page:
-        return 0
-    diff = difflib.unified_diff(
-        current.splitlines(), page.splitlines(), str(path), "generated", lineterm="", n=1
-    )
-    shown = list(diff)[:40]
-    print(
-        f"{path} is stale (or missing): regenerate it with `{COMMAND}`\n" + "\n".join(shown),
-        file=sys.stderr,
-    )
-    return 1
+    out = args.out or (REFERENCE_PAGE if args.check else None)
+    return write_or_check(render_reference(), out, check=args.check, command=COMMAND)
 
 
 if __name__ == "__main__":

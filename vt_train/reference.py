@@ -26,12 +26,12 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from vt_envs.core.docstrings import documented_names
+from vt_envs.core.reference_pages import markdown, table_row, write_or_check
 from vt_envs.errors import VTError
 from vt_train.algorithms import PRESETS, AlgorithmConfig
 from vt_train.config import TrainConfig, load_config
@@ -208,16 +208,6 @@ def preset_differences() -> dict[str, dict[str, Any]]:
 # ------------------------------------------------------------------- the page
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def _markdown(doc: str) -> str:
-    """reST inline markup to Markdown: ``x`` -> `x`, :class:`~a.B` -> `a.B`."""
-    doc = re.sub(r":[a-z]+:`~?([^`]+)`", r"``\1``", doc)
-    return re.sub(r"``(.+?)``", r"`\1`", doc)
-
-
 def _prose(cls: type) -> str:
     """The docstring of ``cls`` before its first section (``Attributes:``), one line."""
     doc = inspect.cleandoc(cls.__doc__ or "")
@@ -253,8 +243,8 @@ def _intro() -> list[str]:
 def _table(rows: Sequence[Field]) -> list[str]:
     lines = ["| key | default | type | what it does |", "| --- | --- | --- | --- |"]
     for f in rows:
-        cells = [f"`{f.key}`", f"`{f.default_text}`", f"`{f.type}`", _markdown(f.doc)]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        cells = [f"`{f.key}`", f"`{f.default_text}`", f"`{f.type}`", markdown(f.doc)]
+        lines.append(table_row(cells))
     return lines
 
 
@@ -287,10 +277,10 @@ def _presets_table() -> list[str]:
                 continue
             derived = "" if key in PRESETS.get(name) else " †"
             cells.append(f"`{_yaml(table[name][key])}`{derived}")
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append(table_row(cells))
     rules = inspect.getdoc(TrainConfig.algorithm_config) or ""
     lines += ["", "† " + " ".join(rules.split("\n\n", 1)[-1].split())]
-    return [_markdown(line) for line in lines]
+    return [markdown(line) for line in lines]
 
 
 def render_page(root: type = TrainConfig) -> str:
@@ -302,11 +292,11 @@ def render_page(root: type = TrainConfig) -> str:
         by_section.setdefault(f.section, []).append(f)
     for section, rows in by_section.items():
         owner = rows[0].owner
-        lines += ["", _section_heading(section, owner), "", _markdown(_prose(owner))]
+        lines += ["", _section_heading(section, owner), "", markdown(_prose(owner))]
         for (parent, name), cls in MAPPING_SECTIONS.items():
             if cls is owner and section.rpartition(".")[2] == name:
                 doc = documented_names(parent.__doc__)[name]
-                lines += ["", _markdown(f"``{section}``: {doc}")]
+                lines += ["", markdown(f"``{section}``: {doc}")]
         lines += ["", *_table(rows)]
     lines += ["", *_presets_table()]
     return "\n".join(lines) + "\n"
@@ -323,17 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--check", action="store_true", help="write nothing; exit 1 if the page differs"
     )
     ns = parser.parse_args(argv)
-    page, out = render_page(), Path(ns.out)
-    if ns.check:
-        if not out.exists() or out.read_text() != page:
-            print(f"{out} is out of date; regenerate it: {REGENERATE}", file=sys.stderr)
-            return 1
-        print(f"{out} is up to date")
-        return 0
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page)
-    print(f"wrote {out} ({page.count(chr(10))} lines)")
-    return 0
+    return write_or_check(render_page(), ns.out, check=ns.check, command=REGENERATE)
 
 
 if __name__ == "__main__":
