@@ -65,17 +65,43 @@ def make_sandbox_env(*, timeout_s: float = 1.5, python_mode: str = "persistent",
     )
 
 
+def _unregister(env_id: str) -> None:
+    import gymnasium as gym
+
+    from vt_envs import registration as vt_registration
+
+    vt_registration._REGISTRY.pop(env_id, None)
+    gym.envs.registry.pop(env_id, None)
+
+
+@pytest.fixture
+def register_temporary():
+    """``register_temporary(env_id, builder=..., **register_env_kwargs)``: register env
+    ids for one test (``oracle=None`` and a description by default); all are removed
+    from VT's and Gymnasium's registries when the test ends."""
+    from vt_envs import register_env
+
+    registered: list[str] = []
+
+    def register(env_id: str, **kwargs):
+        kwargs.setdefault("oracle", None)
+        kwargs.setdefault("description", "tests")
+        registered.append(env_id)
+        return register_env(env_id, **kwargs)
+
+    yield register
+    for env_id in registered:
+        _unregister(env_id)
+
+
 @pytest.fixture(scope="session")
 def sandbox_env_id():
     """Registers ``VTTest/Sandbox-v0`` (python + bash) for the test session only."""
-    import gymnasium as gym
 
     from vt_envs import env_builder, register_env
-    from vt_envs import registration as vt_registration
 
     register_env(
         SANDBOX_ENV_ID, builder=env_builder(make_sandbox_env), oracle=None, description="tests"
     )
     yield SANDBOX_ENV_ID
-    vt_registration._REGISTRY.pop(SANDBOX_ENV_ID, None)
-    gym.envs.registry.pop(SANDBOX_ENV_ID, None)
+    _unregister(SANDBOX_ENV_ID)

@@ -14,8 +14,7 @@ import gymnasium as gym
 import pytest
 
 import vt_envs
-from vt_envs import env_builder, keywords, register_env
-from vt_envs import registration as vt_registration
+from vt_envs import env_builder, keywords
 from vt_envs.errors import InvalidConfigError, UnknownNameError
 from vt_envs.keyword_reference import COMMAND, REFERENCE_PAGE, REQUIRED
 from vt_envs.registration import builder_of
@@ -109,12 +108,9 @@ def _make_undocumented(*, split: str = "train", secret_knob: int, **env_kwargs):
 
 
 @pytest.fixture
-def undocumented_id():
-    env_id = "VTTest/Undocumented-v0"
-    register_env(env_id, builder=_make_undocumented, oracle=None, description="tests")
-    yield env_id
-    vt_registration._REGISTRY.pop(env_id, None)
-    gym.envs.registry.pop(env_id, None)
+def undocumented_id(register_temporary):
+    register_temporary("VTTest/Undocumented-v0", builder=_make_undocumented)
+    return "VTTest/Undocumented-v0"
 
 
 def test_an_undocumented_keyword_is_an_error_naming_it(undocumented_id):
@@ -123,7 +119,9 @@ def test_an_undocumented_keyword_is_an_error_naming_it(undocumented_id):
     assert "split" not in str(caught.value).split("nowhere:")[1]
 
 
-def test_registration_kwargs_override_the_signature_and_no_default_is_required():
+def test_registration_kwargs_override_the_signature_and_no_default_is_required(
+    register_temporary,
+):
     env_id = "VTTest/Overridden-v0"
 
     @env_builder
@@ -135,11 +133,7 @@ def test_registration_kwargs_override_the_signature_and_no_default_is_required()
             size: how many tasks.
         """
 
-    register_env(env_id, builder=build, oracle=None, description="t", kwargs={"max_turns": 3})
-    try:
-        found = {k.name: k for k in keywords(env_id)}
-        assert found["max_turns"].default == 3 and found["split"].default == "train"
-        assert found["size"].default is REQUIRED and found["size"].annotation == "int"
-    finally:
-        vt_registration._REGISTRY.pop(env_id, None)
-        gym.envs.registry.pop(env_id, None)
+    register_temporary(env_id, builder=build, kwargs={"max_turns": 3})
+    found = {k.name: k for k in keywords(env_id)}
+    assert found["max_turns"].default == 3 and found["split"].default == "train"
+    assert found["size"].default is REQUIRED and found["size"].annotation == "int"

@@ -11,11 +11,11 @@ import gymnasium as gym
 import pytest
 
 import vt_envs
-from vt_envs import ExactMatch, Task, TaskList, register_env
+from vt_envs import ExactMatch, Task, TaskList
 from vt_envs.core.domain import Domain, Toolset
 from vt_envs.domains.lookup import LookupTool
 from vt_envs.errors import InvalidConfigError, UnknownKwargError
-from vt_envs.registration import _REGISTRY, builder_of
+from vt_envs.registration import builder_of
 from vt_envs.server.app import ToolServer
 from vt_envs.server.config import ServerConfig
 from vt_envs.tools.builder import domain_builder
@@ -69,17 +69,14 @@ DECLARED = Domain(
 
 
 @pytest.fixture
-def env_id():
-    register_env(
+def env_id(register_temporary):
+    register_temporary(
         ENV_ID,
         builder=domain_builder(DECLARED, name="make_keys_env"),
         oracle="vt_envs.domains.lookup:LookupOracle",
-        description="tests",
     )
     VERIFIERS_BUILT.clear()
-    yield ENV_ID
-    _REGISTRY.pop(ENV_ID, None)
-    gym.registry.pop(ENV_ID, None)
+    return ENV_ID
 
 
 def test_a_declared_domain_plays_through_gym_make_with_its_defaults(env_id):

@@ -13,9 +13,8 @@ import pytest
 from env_helpers import EchoTool, make_tasks
 
 import vt_envs
-from vt_envs import ExactMatch, Score, ToolEnv, Verifier, env_builder, register_env
+from vt_envs import ExactMatch, Score, ToolEnv, Verifier, env_builder
 from vt_envs.errors import InvalidConfigError
-from vt_envs.registration import _REGISTRY
 
 ENV_ID = "VTTest/SessionVerifier-v0"
 
@@ -46,11 +45,9 @@ def _make(*, split: str = "train", **env_kwargs):
 
 
 @pytest.fixture
-def env_id():
-    register_env(ENV_ID, builder=_make, oracle=None, description="tests")
-    yield ENV_ID
-    _REGISTRY.pop(ENV_ID, None)
-    gym.registry.pop(ENV_ID, None)
+def env_id(register_temporary):
+    register_temporary(ENV_ID, builder=_make)
+    return ENV_ID
 
 
 def test_the_verifier_grades_in_the_episodes_open_sessions_through_gym_make(env_id):

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-import gymnasium as gym
 import pytest
 
 import vt_envs
-from vt_envs import ExactMatch, Task, TaskList, ToolEnv, env_builder, register_env
+from vt_envs import ExactMatch, Task, TaskList, ToolEnv, env_builder
 from vt_envs.domains.swe.verifier import HiddenTests
 from vt_envs.errors import InvalidConfigError
-from vt_envs.registration import _REGISTRY
 from vt_envs.server.app import ToolServer
 from vt_envs.server.config import Refused, ServerConfig
 
@@ -32,11 +30,9 @@ def _make(*, split: str = "test", **env_kwargs):
 
 
 @pytest.fixture
-def env_id():
-    register_env(ENV_ID, builder=_make, oracle=None, description="tests")
-    yield ENV_ID
-    _REGISTRY.pop(ENV_ID, None)
-    gym.registry.pop(ENV_ID, None)
+def env_id(register_temporary):
+    register_temporary(ENV_ID, builder=_make)
+    return ENV_ID
 
 
 def test_the_declaration_is_read_from_the_verifier():
