@@ -119,10 +119,7 @@ class ToolVectorEnv(VectorEnv):
 
     async def astep_at(self, index: int, action: Any) -> StepResult:
         """Step sub-env ``index`` alone (no autoreset: call :meth:`areset_at`)."""
-        if self._episode_over[index]:
-            raise ResetNeededError(
-                f"sub-env {index} has no running episode; await areset_at({index}) first"
-            )
+        self._require_episode(index)
         try:
             result = await astep(self.envs[index], action)
         except BaseException:
@@ -132,12 +129,15 @@ class ToolVectorEnv(VectorEnv):
         self._last_obs[index] = result[0]
         return result
 
-    async def atruncate_at(self, index: int, reason: str) -> StepResult:
-        """End sub-env ``index``'s episode as truncated (see ``ToolEnv.atruncate``)."""
+    def _require_episode(self, index: int) -> None:
         if self._episode_over[index]:
             raise ResetNeededError(
                 f"sub-env {index} has no running episode; await areset_at({index}) first"
             )
+
+    async def atruncate_at(self, index: int, reason: str) -> StepResult:
+        """End sub-env ``index``'s episode as truncated (see ``ToolEnv.atruncate``)."""
+        self._require_episode(index)
         result = await self.envs[index].unwrapped.atruncate(reason)
         self._episode_over[index] = True
         self._last_obs[index] = result[0]
