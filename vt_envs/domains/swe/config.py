@@ -25,6 +25,7 @@ interpreter's prefix under another name.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 from collections.abc import Sequence
@@ -246,6 +247,12 @@ class SWEConfig:
         if self.dataset is not None and self.dataset != "humaneval":
             raise InvalidConfigError(f"dataset must be None or 'humaneval', got {self.dataset!r}")
 
+    @functools.cached_property
+    def parts(self) -> _Parts:
+        """What the tools, the task source and the verifier share, built on first use
+        and kept on this config (the domain hands all three the same one)."""
+        return _build(self)
+
 
 @dataclass(frozen=True)
 class _Parts:
@@ -255,17 +262,6 @@ class _Parts:
     policy: SandboxPolicy  # the repositories of ``source`` hidden, python on PATH
     store: WorkspaceStore  # the working copy bash and the editor change, the tests grade
     isolation: Isolation
-
-
-def _parts(config: SWEConfig) -> _Parts:
-    """The shared parts of ``config``, built on first use and kept on the config object
-    (the domain calls :func:`tools`, :func:`tasks` and :func:`verifier` with the same
-    one for an env; a config's fields may be unhashable, so it is no dict's key)."""
-    parts = config.__dict__.get("_parts")
-    if parts is None:
-        parts = _build(config)
-        object.__setattr__(config, "_parts", parts)  # frozen: a cache, not a field
-    return parts
 
 
 def _build(config: SWEConfig) -> _Parts:
@@ -301,7 +297,7 @@ def _build(config: SWEConfig) -> _Parts:
 
 def tools(config: SWEConfig) -> list[SWEBashTool | SWEEditorTool]:
     """``bash`` (in the sandbox, over the working copy) and ``editor`` (the same copy)."""
-    parts = _parts(config)
+    parts = config.parts
     return [
         SWEBashTool(
             parts.store,
@@ -315,12 +311,12 @@ def tools(config: SWEConfig) -> list[SWEBashTool | SWEEditorTool]:
 
 def tasks(config: SWEConfig) -> TaskSource:
     """HumanEval, the default repositories' mutants, ``repo``'s mutants, or the user's."""
-    return _parts(config).source
+    return config.parts.source
 
 
 def verifier(config: SWEConfig) -> HiddenTests:
     """The hidden tests, run on the episode's working copy in a fresh sandbox."""
-    parts = _parts(config)
+    parts = config.parts
     return HiddenTests(
         parts.store,
         parts.isolation,
