@@ -153,3 +153,8 @@ def test_every_vt_id_is_a_declared_domain():
         build = builder_of(env_id)
         assert getattr(build, "domain", None) is not None, env_id
         assert build.domain.id == env_id
+
+
+def test_a_toolset_refuses_an_extra_tool_that_takes_a_domain_tools_name(env_id):
+    with pytest.raises(InvalidConfigError, match=r"already has the tools \['lookup'\]"):
+        builder_of(env_id).toolset(extra_tools=[LookupTool()])

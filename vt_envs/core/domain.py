@@ -26,7 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from vt_envs.core.env import ToolEnv
 from vt_envs.core.task import TaskSource
-from vt_envs.core.tool import Tool, resolve_tools
+from vt_envs.core.tool import Tool, compose_tools
 from vt_envs.core.verifier import Verifier
 from vt_envs.errors import InvalidConfigError
 
@@ -166,7 +166,8 @@ class Domain(Generic[C]):
         """Only the tools (``extra_tools=`` included) and the task source for these
         (already checked) keywords: what a tool server builds."""
         config, env_kwargs = self.configure(kwargs)
-        tools = [*self.tools(config), *resolve_tools(env_kwargs.get("extra_tools", ()))]
+        own = self.tools(config)
+        tools, _ = compose_tools(own, env_kwargs.get("extra_tools", ()), owner=self.id)
         return Toolset({tool.name: tool for tool in tools}, self.tasks(config))
 
 

@@ -37,7 +37,7 @@ from vt_envs.core.reward import RewardConfig
 from vt_envs.core.spaces import ImageSequence, UnicodeText, token_sequence_space
 from vt_envs.core.task import Task, TaskSource
 from vt_envs.core.tokenizer import ChatTokenizer, load_tokenizer
-from vt_envs.core.tool import Tool, check_timeout, resolve_tools
+from vt_envs.core.tool import Tool, check_timeout, compose_tools
 from vt_envs.core.verifier import Verifier, as_verifier
 from vt_envs.errors import InvalidConfigError
 
@@ -235,18 +235,7 @@ class ToolEnv(ToolEnvCore):
         max_episode_seconds = check_timeout(
             "max_episode_seconds", max_episode_seconds, optional=True, limit=math.inf
         )
-        added = resolve_tools(extra_tools)
-        taken = {tool.name for tool in tools} & {tool.name for tool in added}
-        if taken:
-            raise InvalidConfigError(
-                f"extra_tools: {name} already has the tools {sorted(taken)}; an extra tool "
-                "needs a name of its own (a Tool subclass with another `name`)"
-            )
-        tools = [*tools, *added]
-        self.extra_tool_names = tuple(tool.name for tool in added)
-        names = [tool.name for tool in tools]
-        if len(set(names)) != len(names):
-            raise InvalidConfigError(f"tool names must be unique, got {names}")
+        tools, self.extra_tool_names = compose_tools(tools, extra_tools, owner=name)
         if not isinstance(rewards, RewardConfig):
             rewards = RewardConfig(**dict(rewards or {}))
 

@@ -327,3 +327,26 @@ def resolve_tools(specs: Any) -> list[Tool]:
                 f"tool {name!r} ({cls.__name__}) refused {kwargs}: {exc}"
             ) from exc
     return tools
+
+
+def compose_tools(
+    own: Sequence[Tool], extra: Any, *, owner: str
+) -> tuple[list[Tool], tuple[str, ...]]:
+    """``(every tool, the extra ones' names)``: ``own`` then the tools ``extra`` names
+    (:func:`resolve_tools`), for the env ``owner``.
+
+    Raises:
+        InvalidConfigError: an extra tool takes a name ``own`` has, or names repeat.
+    """
+    added = resolve_tools(extra)
+    taken = {tool.name for tool in own} & {tool.name for tool in added}
+    if taken:
+        raise InvalidConfigError(
+            f"extra_tools: {owner} already has the tools {sorted(taken)}; an extra tool "
+            "needs a name of its own (a Tool subclass with another `name`)"
+        )
+    tools = [*own, *added]
+    names = [tool.name for tool in tools]
+    if len(set(names)) != len(names):
+        raise InvalidConfigError(f"tool names must be unique, got {names}")
+    return tools, tuple(tool.name for tool in added)
