@@ -132,3 +132,12 @@ async def test_record_episode_statistics_counts_awaited_steps():
     _, _, _, _, info = await vt_envs.astep(env, "<answer>nope</answer>")
     assert info["episode"]["l"] == 1 and env.episode_count == 1
     await vt_envs.aclose(env)
+
+
+@pytest.mark.asyncio
+async def test_arun_episode_plays_through_wrappers():
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make("VT-Lookup-v0", max_episode_steps=4))
+    result = await vt_envs.arun_episode(env, vt_envs.oracle_for("VT-Lookup-v0"), seed=0)
+    assert result.reward == 1.0 and result.terminated
+    assert result.infos[-1]["episode"]["l"] == 2  # the statistics wrapper counted both steps
+    await vt_envs.aclose(env)

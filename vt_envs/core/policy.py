@@ -123,7 +123,7 @@ async def arun_episode(
     their ids are not included).
     """
     obs, info = await areset(env, seed=seed, options=options)
-    result = _start(policy, env.task, obs, info)
+    result = _start(policy, env.unwrapped.task, obs, info)
     while True:
         action = policy.act(obs["text"], info)
         result.actions.append(action)
