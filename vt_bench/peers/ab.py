@@ -93,17 +93,28 @@ class Worker:
 
 def alternate(vt: Worker, peer: Worker, n: int, rounds: int) -> dict[str, Any]:
     """``rounds`` rounds of ``n`` items on each side, VT first in even rounds; items/s
-    per round and side, their medians, and ``ratio`` = VT's median / the peer's."""
+    per round and side, their medians, and ``ratio`` = VT's median / the peer's; where
+    the workers time their parts, ``phases_s_per_item``: each side's median seconds
+    per item of each part."""
     rates: dict[str, list[float]] = {"vt": [], "peer": []}
     checks: dict[str, list[Any]] = {"vt": [], "peer": []}
+    phases: dict[str, dict[str, list[float]]] = {"vt": {}, "peer": {}}
     for r in range(rounds):
         order = (("vt", vt), ("peer", peer)) if r % 2 == 0 else (("peer", peer), ("vt", vt))
         for side, worker in order:
             answer = worker.call({"op": "run", "n": n})
             rates[side].append(answer["items"] / answer["seconds"])
             checks[side].append(answer["check"])
+            for name, seconds in answer.get("phases", {}).items():
+                phases[side].setdefault(name, []).append(seconds / answer["items"])
     vt_rate, peer_rate = statistics.median(rates["vt"]), statistics.median(rates["peer"])
+    split = {
+        side: {name: statistics.median(values) for name, values in named.items()}
+        for side, named in phases.items()
+        if named
+    }
     return {
+        **({"phases_s_per_item": split} if split else {}),
         "vt_per_s": vt_rate,
         "peer_per_s": peer_rate,
         "ratio": vt_rate / peer_rate,

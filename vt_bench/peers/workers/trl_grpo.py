@@ -45,15 +45,37 @@ def setup(params):
     timer = StepTimer()
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, train_dataset=dataset,
                           processing_class=tokenizer, callbacks=[timer])  # fmt: skip
+    timer.parts = {"generate": 0.0, "generate_and_score": 0.0}
+    for name, method in (("generate", "_generate"),
+                         ("generate_and_score", "_generate_and_score_completions")):  # fmt: skip
+        setattr(trainer, method, _timed(getattr(trainer, method), timer.parts, name))
     return trainer, timer
+
+
+def _timed(method, parts, name):
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            parts[name] += time.perf_counter() - start
+
+    return timed
 
 
 def run(state, n):
     trainer, timer = state
     trainer.args.max_steps = n
     timer.seconds = 0.0
+    timer.parts.update(generate=0.0, generate_and_score=0.0)
     trainer.train()
-    return n, 0.0, timer.seconds
+    generated, scored = timer.parts["generate"], timer.parts["generate_and_score"]
+    phases = {
+        "rollout (generation + reward)": scored,  # _generate_and_score_completions
+        "of which generation": generated,  # _generate
+        "update (logprobs + step)": timer.seconds - scored,
+    }
+    return n, 0.0, timer.seconds, phases
 
 
 if __name__ == "__main__":

@@ -26,14 +26,20 @@ def setup(params):
         "deepspeed={zero_stage: 0, bf16: false, torch_adam: true, grad_clip: 1.0}",
         "torch_threads=1", "steps=1000000", "eval_every=1000000", "env.eval_episodes=1",
         f"init_from={params['model_dir']}", f"output_dir={out}", "seed=0",
+        f"rollout.max_context={params.get('max_context', 1024)}",
     ])  # fmt: skip
     return Trainer(config)
 
 
 def run(trainer, n):
     start = time.perf_counter()
-    rewards = [trainer.step().get("rollout/mean_reward", 0.0) for _ in range(n)]
-    return n, sum(rewards), time.perf_counter() - start
+    steps = [trainer.step() for _ in range(n)]
+    seconds = time.perf_counter() - start
+    phases = {
+        "rollout (generation + reward)": sum(m["time/rollout_s"] for m in steps),
+        "update (logprobs + step)": sum(m["time/update_s"] for m in steps),
+    }
+    return n, sum(m.get("rollout/mean_reward", 0.0) for m in steps), seconds, phases
 
 
 if __name__ == "__main__":
