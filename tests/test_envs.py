@@ -57,3 +57,20 @@ def test_oracle_solves_every_sampled_task(env_id, split):
     assert all(r.terminated and not r.truncated for r in results)
     assert all(isinstance(t, int) for t in results[0].tokens)
     assert np.all(np.array(results[0].tokens) < env.unwrapped.tokenizer.vocab_size)
+
+
+def test_lookup_keeps_every_test_prompt_encoded():
+    """VT-Lookup-v0's 500 test prompts all stay in the prompt cache, so a second
+    pass over the split renders and tokenizes none of them (issue 34's overhead)."""
+    env = gym.make("VT-Lookup-v0", split="test")
+    encoder = env.unwrapped.encoder
+    ids = [task.id for task in env.unwrapped.tasks]
+    first = [env.reset(options={"task_id": i})[0]["tokens"].tolist() for i in ids]
+
+    def not_kept(*args, **kwargs):
+        raise AssertionError("a test prompt was encoded again")
+
+    encoder._encode_prompt = not_kept
+    again = [env.reset(options={"task_id": i})[0]["tokens"].tolist() for i in ids]
+    env.close()
+    assert len(ids) == 500 and again == first

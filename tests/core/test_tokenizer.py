@@ -446,6 +446,26 @@ def test_a_kept_prompt_is_the_same_and_its_ids_are_a_copy(vt: ChatTokenizer) -> 
     assert other.tolist() != fresh.tolist()
 
 
+def test_the_prompt_cache_is_bounded_by_its_tokens(
+    vt: ChatTokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept prompts hold at most PROMPT_CACHE_TOKENS ids: the oldest go first, and
+    a prompt longer than the whole bound is not kept."""
+    import vt_envs.core.observation_encoder as observation_encoder
+
+    encoder = ObservationEncoder(vt)
+    prompts = [[{"role": "user", "content": f"question {i}?"}] for i in range(6)]
+    size = len(ObservationEncoder(vt).encode_prompt(prompts[0])[0])
+    monkeypatch.setattr(observation_encoder, "PROMPT_CACHE_TOKENS", 3 * size)
+    sizes = [len(encoder.encode_prompt(p)[0]) for p in prompts]
+    assert sizes == [size] * 6  # (one length, so three fit)
+    kept = [dict(key[0])["content"] for key in encoder._prompts]
+    assert kept == ["question 3?", "question 4?", "question 5?"]
+    assert encoder._prompt_tokens == 3 * size
+    encoder.encode_prompt([{"role": "user", "content": "a much longer question " * 20}])
+    assert len(encoder._prompts) == 3 and encoder._prompt_tokens == 3 * size
+
+
 def test_only_string_messages_are_kept(vt: ChatTokenizer) -> None:
     encoder = ObservationEncoder(vt)
     texts = [encoder.encode_prompt([{"role": "user", "content": value}])[1]

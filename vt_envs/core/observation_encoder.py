@@ -22,7 +22,7 @@ import numpy as np
 from vt_envs.core.tokenizer import IMAGE_MARK, OBSERVATION_FORMATS, Messages, load_tokenizer
 from vt_envs.errors import InvalidConfigError, TemplateError, did_you_mean
 
-__all__ = ["PROMPT_CACHE_SIZE", "ObservationEncoder"]
+__all__ = ["PROMPT_CACHE_SIZE", "PROMPT_CACHE_TOKENS", "ObservationEncoder"]
 
 
 # Stand-ins rendered in place of the last action and of the new observation, to
@@ -35,8 +35,12 @@ _PROBE_SYSTEM = "You are a helpful assistant."
 _PROBE_USER = "Hi."
 
 
-#: Prompts an :class:`ObservationEncoder` keeps encoded (about 30 KB each at 2,700 tokens).
-PROMPT_CACHE_SIZE = 256
+#: Prompts an :class:`ObservationEncoder` keeps encoded, at most...
+PROMPT_CACHE_SIZE = 4096
+#: ... and their ids, at most (about 12 bytes a token with its text: ~6 MB). Bounded
+#: by tokens, not only by count, so that short prompts (VT-Lookup-v0's 500 test tasks
+#: at ~200 tokens) are all kept while long ones (2,700 tokens) still are ~190.
+PROMPT_CACHE_TOKENS = 1 << 19
 
 
 def _messages_key(messages: Messages) -> tuple | None:
@@ -122,6 +126,7 @@ class ObservationEncoder:
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.image_tokens = image_tokens
         self._prompts: OrderedDict[tuple, tuple[np.ndarray, str]] = OrderedDict()
+        self._prompt_tokens = 0  # the ids kept in _prompts
         probe = self._probe_prompt()
         self._boundary = self._find_boundary(probe)
         # Fail now, not mid-episode: one observation that holds every special token.
@@ -151,9 +156,10 @@ class ObservationEncoder:
         the assistant header, ready to generate); ``images`` fill the
         contents' image marks in order.
 
-        Prompts without images are kept (the latest :data:`PROMPT_CACHE_SIZE`,
-        by their messages): a task reset again, as in a GRPO group, is not
-        rendered or tokenized again. The ids returned are a copy.
+        Prompts without images are kept (the latest, by their messages, up to
+        :data:`PROMPT_CACHE_SIZE` prompts and :data:`PROMPT_CACHE_TOKENS` ids): a
+        task reset again, as in a GRPO group, is not rendered or tokenized again.
+        The ids returned are a copy.
         """
         key = None if images else _messages_key(messages)
         if key is not None:
@@ -162,10 +168,13 @@ class ObservationEncoder:
                 self._prompts.move_to_end(key)
                 return kept[0].copy(), kept[1]
         ids, text = self._encode_prompt(messages, images)
-        if key is not None:
+        if key is not None and len(ids) <= PROMPT_CACHE_TOKENS:
             self._prompts[key] = (ids.copy(), text)
-            while len(self._prompts) > PROMPT_CACHE_SIZE:
-                self._prompts.popitem(last=False)
+            self._prompt_tokens += len(ids)
+            while (
+                len(self._prompts) > PROMPT_CACHE_SIZE or self._prompt_tokens > PROMPT_CACHE_TOKENS
+            ):
+                self._prompt_tokens -= len(self._prompts.popitem(last=False)[1][0])
         return ids, text
 
     def _encode_prompt(
