@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import weakref
 
 import duckdb
+import gymnasium as gym
 import pytest
 
+import vt_envs  # noqa: F401  (registers the ids)
 from vt_envs.core.task import Task
 from vt_envs.domains.sql.verifier import (
     ExecutionMatch,
@@ -299,3 +302,107 @@ def test_a_large_result_is_not_kept(tiny_db, monkeypatch):
     handle(_query(tiny_db, small, count_limit=10_000))
     handle(_verify(tiny_db, small, small, episode=True, max_result_rows=10_000))
     assert ran[3:] == [small, small]  # query, gold; the answer was the kept result
+
+
+def test_digests_are_equal_only_for_results_that_match():
+    """Equal digests mean results_match is true (ordered: as lists; multiset: as
+    multisets); values without an exact literal form have no digest."""
+    from vt_envs.domains.sql.results import ResultRows
+
+    def digest(rows, order_matters=False):
+        return ResultRows(rows).digest(order_matters)
+
+    rows = [(1, "a", 2.5, None, b"x"), (2, "b'\"\n", -0.5, None, b"")]
+    assert digest(rows) == digest(rows[::-1]) and digest(rows, True) != digest(rows[::-1], True)
+    assert results_match(rows, rows[::-1]) and digest(rows, True) == digest(list(rows), True)
+    assert digest([(decimal.Decimal("1.5"), datetime.date(2020, 1, 2))]) == digest(
+        [(1.5, "2020-01-02")]
+    )  # equal after normalization, as results_match sees them
+    assert digest([(True,)]) == digest([(1,)])
+    # Different values, even ones results_match accepts, never share a digest.
+    for a, b in [([(1,)], [(1.0,)]), ([("1",)], [(1,)]), ([(1, 2)], [(12,)]), ([("a\nb",)],
+                 [("a",), ("b",)]), ([], [()]), ([(None,)], [("None",)])]:  # fmt: skip
+        assert digest(a) != digest(b), (a, b)
+    assert digest([(float("nan"),)]) == digest([("NaN",)])  # NaN normalizes to "NaN"
+    assert ResultRows([(object(),)]).digests() is None
+
+
+ORDERED = "SELECT * FROM (VALUES (1), (2)) t(x) ORDER BY x"
+# (gold, answer SQL, reward): the worker's verdicts, which the host's fast path must repeat.
+FAST_CASES = [
+    ("SELECT 1 AS x UNION ALL SELECT 2", "SELECT 1 AS x UNION ALL SELECT 2", 1.0),
+    ("SELECT * FROM (VALUES (1), (2)) t(x)", "SELECT * FROM (VALUES (2), (1)) t(x)", 1.0),
+    # Order-sensitive gold: the same multiset in another order scores 0.
+    (ORDERED, "SELECT * FROM (VALUES (2), (1)) t(x)", 0.0),
+    (ORDERED, "SELECT * FROM (VALUES (1), (2)) t(x)", 1.0),
+    ("SELECT 1.0 / 3 AS x", "SELECT 0.3333333334 AS x", 1.0),  # tolerance: the worker decides
+    ("SELECT 1 AS x", "SELECT 1.0::DOUBLE AS x", 1.0),  # int vs float: the worker decides
+    ("SELECT 1 AS x", "SELECT 2 AS x", 0.0),
+]
+
+
+def _episodes(db_path, cases, rounds=2):
+    """Play each case ``rounds`` times (query, then answer the same SQL); the rewards
+    and verifier parts, and how many verifications the host decided alone."""
+    env = gym.make("VT-SQL-v0", split="test")
+    verifier = env.unwrapped.verifier
+    real, fast = verifier._known_match, []
+    verifier._known_match = lambda *a: fast.append(real(*a)) or fast[-1]
+    out = []
+    try:
+        for _ in range(rounds):
+            for i, (gold, sql, _) in enumerate(cases):
+                task = Task(f"fast/{i}", "q", gold=gold, assets={"db_path": str(db_path)})
+                env.reset(options={"task": task})
+                env.step(f"<sql>{sql}</sql>")
+                _, reward, terminated, _, info = env.step(f"<answer>{sql}</answer>")
+                assert terminated
+                out.append((reward, info.get("verifier_parts")))
+    finally:
+        env.close()
+    return out, fast
+
+
+def test_the_host_grades_a_known_match_as_the_worker_would(db_paths, monkeypatch):
+    from vt_envs.domains.sql.verifier import ExecutionMatch
+
+    fast, hits = _episodes(db_paths["shop"], FAST_CASES)
+    assert [r for r, _ in fast] == [c[2] for c in FAST_CASES] * 2
+    # Decided on the host: the exact matches once the worker reported their gold's
+    # digest (the fourth case's gold is the third's).
+    first, second = [False, False, False, True], [True, True, False, True]
+    assert hits == [*first, False, False, False, *second, False, False, False]
+    monkeypatch.setattr(ExecutionMatch, "_known_match", lambda *a: False)
+    slow, hits = _episodes(db_paths["shop"], FAST_CASES)
+    assert slow == fast and not any(hits)
+
+
+def test_the_host_trusts_a_gold_digest_only_from_the_episodes_own_worker(db_paths):
+    """A gold digest another worker process reported (one the policy's SQL might have
+    taken over) never grades this worker's results: the worker is asked."""
+    from vt_envs.domains.sql.results import ResultRows
+
+    env = gym.make("VT-SQL-v0", split="test")
+    verifier = env.unwrapped.verifier
+    task = Task("fast/0", "q", gold="SELECT 1 AS x", assets={"db_path": str(db_paths["shop"])})
+    try:
+        env.reset(options={"task": task})
+        env.step("<answer>SELECT 1 AS x</answer>")  # the worker reports the gold's digest
+        (key, (process, digest)), = verifier._gold_digests.items()  # fmt: skip
+        assert process() is not None and digest == ResultRows([(1,)]).digest(False)
+
+        class Other:  # another worker process, alive
+            alive = True
+
+        other = Other()
+        forged = ResultRows([(2,)]).digest(False)  # what a taken-over worker might claim
+        verifier._gold_digests[key] = (weakref.ref(other), forged)
+        env.reset(options={"task": task})
+        env.step("<sql>SELECT 2 AS x</sql>")
+        assert env.step("<answer>SELECT 2 AS x</answer>")[1] == 0.0
+        verifier._gold_digests[key] = (process, forged)  # the same process: its word
+        env.reset(options={"task": task})
+        env.step("<sql>SELECT 2 AS x</sql>")
+        assert env.step("<answer>SELECT 2 AS x</answer>")[1] == 1.0
+    finally:
+        env.close()

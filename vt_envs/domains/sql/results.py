@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import datetime
 import decimal
+import hashlib
 import itertools
 import math
 import re
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "EPISODE_RESULTS",
     "ResultRows",
     "extract_sql",
     "format_value",
@@ -144,6 +146,19 @@ def _normalize(value: Any) -> Any:
 
 
 _UNCHANGED = frozenset({int, str, type(None)})  # types _normalize returns as they are
+#: Complete results an episode's worker keeps for its verification (the latest
+#: queries); the host mirrors which of them it may grade without asking.
+EPISODE_RESULTS = 4
+# Normalized values whose repr() is injective and self-delimiting (Python literals).
+_DIGEST_TYPES = frozenset({int, float, str, bytes, type(None)})
+
+
+def _literal(value: Any) -> bool:
+    """Whether ``value`` is a tuple tree of :data:`_DIGEST_TYPES`, with no NaN."""
+    kind = type(value)
+    if kind is tuple:
+        return all(_literal(v) for v in value)
+    return kind in _DIGEST_TYPES and (kind is not float or value == value)
 
 
 def _normalize_row(row: Sequence[Any]) -> tuple:
@@ -162,13 +177,14 @@ class ResultRows:
         width: the number of columns (default: the first row's length).
     """
 
-    __slots__ = ("_counts", "_normalized", "rows", "width")
+    __slots__ = ("_counts", "_digests", "_normalized", "rows", "width")
 
     def __init__(self, rows: Sequence[Sequence[Any]], width: int | None = None):
         self.rows = rows
         self.width = width if width is not None else (len(rows[0]) if rows else 0)
         self._normalized: list[tuple] | None = None
         self._counts: collections.Counter | bool | None = False  # False: not computed yet
+        self._digests: tuple[str, str] | bool | None = False  # False: not computed yet
 
     @property
     def normalized(self) -> list[tuple]:
@@ -184,6 +200,39 @@ class ResultRows:
             except TypeError:
                 self._counts = None
         return self._counts  # type: ignore[return-value]
+
+    def digests(self) -> tuple[str, str] | None:
+        """SHA-256 digests of the normalized rows as a list and as a multiset
+        (``None`` when some value is not a plain literal: then there is none).
+
+        Exact by construction: each row is written as its ``repr``, which for
+        tuples of ints, floats (no NaN), strings, bytes and ``None`` is
+        injective and holds no newline; the rows joined by newlines, in order
+        or sorted, are hashed. Equal ordered digests therefore mean equal
+        normalized lists, equal multiset digests equal multisets, and either
+        makes :func:`results_match` true whatever its tolerances and column
+        flag (its exact comparison comes first). Unequal digests mean nothing.
+        """
+        if self._digests is False:
+            self._digests = None
+            rows = self.normalized
+            if all(_literal(row) for row in rows):
+                try:
+                    texts = [repr(row) for row in rows]
+                except ValueError:  # an int past Python's digit limit for str()
+                    return None
+                self._digests = (_sha256("ordered\n", texts), _sha256("multiset\n", sorted(texts)))
+        return self._digests  # type: ignore[return-value]
+
+    def digest(self, order_matters: bool) -> str | None:
+        """The digest :func:`results_match` with ``order_matters`` compares exactly."""
+        digests = self.digests()
+        return None if digests is None else digests[0 if order_matters else 1]
+
+
+def _sha256(kind: str, texts: list[str]) -> str:
+    data = (kind + "\n".join(texts)).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
 
 
 def _sort_key(row: tuple) -> tuple:

@@ -25,11 +25,13 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from vt_envs.core.tool import Tool, ToolResult
-from vt_envs.domains.sql.results import render_table
+from vt_envs.domains.sql.results import EPISODE_RESULTS, render_table
 from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.isolation import Isolation
 from vt_envs.sandbox.policy import SandboxPolicy
@@ -193,6 +195,7 @@ class SQLTool(Tool):
         }
         try:
             reply = await self.request_in_session(session, request, limit + KILL_MARGIN_S)
+            _keep_digests(session, request["sql"], reply)
             return self._result(reply, limit)
         except ServiceLost as lost:
             return _lost(lost, limit)
@@ -220,6 +223,43 @@ class SQLTool(Tool):
 
     async def aclose(self) -> None:
         await self._workers.aclose()
+
+    @staticmethod
+    def kept_digests(session: Any, sql: str) -> tuple[str, str] | None:
+        """The digests (:meth:`ResultRows.digests`) of the complete result the
+        episode's worker keeps for ``sql`` (stripped), or ``None``.
+
+        Only while the worker process that ran it is the session's live one
+        (a restarted worker keeps nothing), and only for the SQL the worker
+        keeps too: the latest :data:`EPISODE_RESULTS` kept results, updated
+        by the same rule.
+        """
+        kept = session.get("kept") if isinstance(session, dict) else None
+        entry = kept.get(sql.strip()) if kept else None
+        if entry is None:
+            return None
+        process, digests = entry
+        current = session["worker"].process if session.get("worker") is not None else None
+        if current is None or process() is not current or not current.alive:
+            return None
+        return digests
+
+
+def _keep_digests(session: dict[str, Any], sql: str, reply: Any) -> None:
+    """Mirror the worker's kept results: ``sql``'s digests if it kept its result
+    (``None`` when that result has none: it still takes a place)."""
+    if not (isinstance(reply, dict) and reply.get("ok") is True and reply.get("kept") is True):
+        return
+    digests = reply.get("digests")
+    valid = (
+        isinstance(digests, list) and len(digests) == 2 and all(isinstance(d, str) for d in digests)
+    )
+    kept = session.setdefault("kept", OrderedDict())
+    key = sql.strip()
+    kept[key] = (weakref.ref(session["worker"].process), tuple(digests) if valid else None)
+    kept.move_to_end(key)
+    while len(kept) > EPISODE_RESULTS:
+        kept.popitem(last=False)
 
 
 def _lost(lost: ServiceLost, limit: float) -> ToolResult:

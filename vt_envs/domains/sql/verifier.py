@@ -19,6 +19,8 @@ only error kinds and row counts.
 from __future__ import annotations
 
 import math
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 from vt_envs.core.task import Task
@@ -35,6 +37,11 @@ from vt_envs.domains.sql.tools import (
 from vt_envs.sandbox.policy import SandboxPolicy
 from vt_envs.sandbox.service import ServiceLost, ServicePool, SessionClosed, service_spec
 from vt_envs.tools._sandboxed import resolve
+
+# Gold digests the verifier remembers (each with the worker process that computed it).
+_GOLD_DIGESTS = 4096
+# What the worker replies when the results match (the fast path replies the same).
+_MATCH = {"value": 1.0, "parts": {"correct": 1.0, "executed": 1.0}, "detail": "results match"}
 
 __all__ = [
     "ExecutionMatch",
@@ -85,6 +92,9 @@ class ExecutionMatch(Verifier):
         self.isolation = resolve(policy or SQL_POLICY, isolation)
         service = service_spec("vt_envs.domains.sql.worker", worker_options(self.isolation.policy))
         self._workers = ServicePool(self.isolation, service, max_per_key=workers)
+        # (host database, gold, order_matters) -> (the worker process that ran the gold,
+        # the digest of its result): see _known_match.
+        self._gold_digests: OrderedDict[tuple[str, str, bool], tuple[Any, str]] = OrderedDict()
 
     async def averify(
         self,
@@ -98,30 +108,39 @@ class ExecutionMatch(Verifier):
         a local :class:`SQLTool` session on the task's database, the answer
         is graded in that episode's worker: if the episode already ran the
         answer's exact SQL and kept its complete result, it is graded on the
-        result the agent saw instead of running it again. Otherwise (remote
-        tools, a verifier called on its own) in the verifier's own workers.
+        result the agent saw instead of running it again. When that worker
+        process has also verified this gold before (in an earlier episode)
+        and the digest of the kept result equals the gold's, the answer scores
+        1.0 without a round trip (:meth:`_known_match`).
+        Otherwise (remote tools, a verifier called on its own) in the
+        verifier's own workers.
         """
         binds, db = sql_binds(str(task.assets["db_path"]), self.isolation)
+        gold, sql = str(task.gold), extract_sql(answer)
+        gold_key = (next(iter(binds.values())), gold, has_top_level_order_by(gold))
+        episode = _episode_session(tools, db)
+        if episode is not None and self._known_match(gold_key, sql, episode[1]):
+            return _score(_MATCH)
         request = {
             "op": "verify",
             "db": db,
-            "gold": str(task.gold),
-            "answer": extract_sql(answer),
+            "gold": gold,
+            "answer": sql,
             "timeout_s": self.timeout_s,
             "max_result_rows": self.max_result_rows,
-            "order_matters": has_top_level_order_by(str(task.gold)),
+            "order_matters": gold_key[2],
             "column_order_insensitive": self.column_order_insensitive,
             "rel_tol": self.rel_tol,
             "abs_tol": self.abs_tol,
         }
         deadline = 2 * self.timeout_s + KILL_MARGIN_S
-        episode = _episode_session(tools, db)
         try:
             if episode is not None:
                 tool, session = episode
                 reply = await tool.request_in_session(
                     session, {**request, "episode": True}, deadline
                 )
+                self._remember_gold(gold_key, session["worker"].process, reply)
             else:
                 worker = await self._workers.acquire(binds)
                 try:
@@ -135,6 +154,37 @@ class ExecutionMatch(Verifier):
         except SessionClosed:
             return Score(0.0, {"correct": 0.0, "executed": 0.0}, "the SQL session was closed")
         return _score(reply)
+
+    def _known_match(
+        self, gold_key: tuple[str, str, bool], sql: str, session: dict[str, Any]
+    ) -> bool:
+        """Whether the episode's worker would certainly score ``sql`` 1.0 now.
+
+        True only when the session's live worker process both keeps a complete
+        result for ``sql`` this episode and verified this gold itself before,
+        and the two digests are equal: the worker would grade the kept result
+        against its cached gold, and equal digests make them match exactly
+        (:meth:`~vt_envs.domains.sql.results.ResultRows.digests`). Both
+        digests come from that one process, so this trusts nothing the worker
+        could not already decide by its reply; anything else asks the worker.
+        """
+        known = self._gold_digests.get(gold_key)
+        kept = SQLTool.kept_digests(session, sql)
+        if known is None or kept is None:
+            return False
+        process, digest = known
+        if process() is not session["worker"].process:  # kept_digests: it is live
+            return False
+        return kept[0 if gold_key[2] else 1] == digest
+
+    def _remember_gold(self, gold_key: tuple[str, str, bool], process: Any, reply: Any) -> None:
+        digest = reply.get("gold_digest") if isinstance(reply, dict) else None
+        if not isinstance(digest, str) or process is None or not process.alive:
+            return
+        self._gold_digests[gold_key] = (weakref.ref(process), digest)
+        self._gold_digests.move_to_end(gold_key)
+        while len(self._gold_digests) > _GOLD_DIGESTS:
+            self._gold_digests.popitem(last=False)
 
     async def aclose(self) -> None:
         """Stop every worker (idempotent)."""

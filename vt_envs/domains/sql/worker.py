@@ -17,17 +17,22 @@ Requests (JSON objects):
   connections and kept results are dropped (their temporary state with them);
 - ``{"op": "query", "db", "sql", "timeout_s", "max_rows", "max_chars",
   "max_cell_chars", "count_limit"[, "new_episode"]}`` → ``{"ok", "error",
-  "text", "rows", "truncated", "exec_s"}``: the table as the agent reads it,
-  or the error, on the episode's own connection. ``new_episode`` resets
-  first (the host sends it with an episode's first request instead of a
-  separate reset). A complete result (at most ``count_limit`` rows) is kept
-  for the episode, keyed by its SQL;
+  "text", "rows", "truncated", "exec_s", "kept", "digests"}``: the table as
+  the agent reads it, or the error, on the episode's own connection.
+  ``new_episode`` resets first (the host sends it with an episode's first
+  request instead of a separate reset). A complete result (at most
+  ``count_limit`` rows) is kept for the episode, keyed by its SQL
+  (``kept``), with its ordered and multiset digests
+  (:meth:`~vt_envs.domains.sql.results.ResultRows.digests`, or ``None``);
 - ``{"op": "verify", "db", "gold", "answer", "timeout_s", "max_result_rows",
   "order_matters", "column_order_insensitive", "rel_tol", "abs_tol"[,
-  "episode", "new_episode"]}`` → ``{"value", "parts", "detail"}``: the
-  execution match of the answer with the gold (gold results are cached per
-  worker). With ``episode``, an answer whose exact SQL this episode already
-  ran is graded on the result the agent saw instead of running it again.
+  "episode", "new_episode"]}`` → ``{"value", "parts", "detail"[,
+  "gold_digest"]}``: the execution match of the answer with the gold (gold
+  results are cached per worker), and the gold result's digest under
+  ``order_matters`` once the gold ran. With ``episode``, an answer whose
+  exact SQL this episode already ran is graded on the result the agent saw
+  instead of running it again; the host grades such an answer itself when
+  this process's digests of both are equal (the verifier's fast path).
 
 One read-only connection per database (``options["memory_limit"]``, one
 thread) keeps the database open for the worker's life; each episode queries
@@ -44,14 +49,18 @@ from collections.abc import Callable
 from typing import Any
 
 from vt_envs.domains.sql.execution import QueryOutcome, connect_readonly, execute_query
-from vt_envs.domains.sql.results import ResultRows, render_table, results_match
+from vt_envs.domains.sql.results import (
+    EPISODE_RESULTS,
+    ResultRows,
+    render_table,
+    results_match,
+)
 
 __all__ = ["serve"]
 
 _GOLD_CACHE_SIZE = 512
-# Complete results an episode keeps for its verification (the latest queries), each
-# at most about _KEPT_BYTES: four of them stay far below the worker's memory limit.
-_EPISODE_RESULTS = 4
+# Complete results an episode keeps for its verification (EPISODE_RESULTS, the latest
+# queries), each at most about _KEPT_BYTES: they stay far below the worker's memory limit.
 _KEPT_BYTES = 8 << 20
 
 
@@ -104,12 +113,14 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
                 "truncated": False,
                 "exec_s": outcome.exec_s,
             }
+        kept, digests = False, None
         if outcome.total_rows is not None and _small(outcome.rows):
             key = (request["db"], request["sql"].strip())
-            seen[key] = _result_rows(outcome)
+            seen[key] = rows = _result_rows(outcome)
             seen.move_to_end(key)
-            while len(seen) > _EPISODE_RESULTS:
+            while len(seen) > EPISODE_RESULTS:
                 seen.popitem(last=False)
+            kept, digests = True, rows.digests()
         text = render_table(
             outcome.columns,
             outcome.rows[:max_rows],
@@ -126,6 +137,8 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
             "rows": min(len(outcome.rows), max_rows),
             "truncated": truncated,
             "exec_s": outcome.exec_s,
+            "kept": kept,
+            "digests": digests,
         }
 
     def run(request: dict[str, Any], sql: str) -> QueryOutcome:
@@ -166,24 +179,27 @@ def serve(options: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]
         if isinstance(gold, QueryOutcome):
             # A broken gold is a dataset bug, not the agent's fault; it still scores 0.
             return _score(0.0, False, f"gold failed: {gold.error}")
+        order_matters = bool(request["order_matters"])
         pred = answer_result(request)
         if isinstance(pred, QueryOutcome):
-            return _score(0.0, False, f"answer failed: {pred.error}")
+            return _score(0.0, False, f"answer failed: {pred.error}", gold, order_matters)
         match = results_match(
             gold,
             pred,
-            order_matters=bool(request["order_matters"]),
+            order_matters=order_matters,
             column_order_insensitive=bool(request["column_order_insensitive"]),
             rel_tol=float(request["rel_tol"]),
             abs_tol=float(request["abs_tol"]),
         )
         if match:
-            return _score(1.0, True, "results match")
+            return _score(1.0, True, "results match", gold, order_matters)
         return _score(
             0.0,
             True,
             f"results differ ({len(pred.rows)} rows x {pred.width} columns vs "
             f"{len(gold.rows)} x {gold.width} expected)",
+            gold,
+            order_matters,
         )
 
     handlers = {"reset": reset, "query": query, "verify": verify}
@@ -215,9 +231,18 @@ def _row_bytes(row: tuple) -> int:
     return sys.getsizeof(row) + sum(sys.getsizeof(v) for v in row)
 
 
-def _score(value: float, executed: bool, detail: str) -> dict[str, Any]:
-    return {
+def _score(
+    value: float,
+    executed: bool,
+    detail: str,
+    gold: ResultRows | None = None,
+    order_matters: bool = False,
+) -> dict[str, Any]:
+    reply = {
         "value": value,
         "parts": {"correct": value, "executed": float(executed)},
         "detail": detail,
     }
+    if gold is not None:
+        reply["gold_digest"] = gold.digest(order_matters)
+    return reply
