@@ -248,3 +248,94 @@ def test_a_prestarted_pool_refills_between_calls():
         """
     )
     assert out.strip() == "handed over"
+
+
+def test_what_a_call_schedules_runs_before_it_returns():
+    """A call that finishes in the loop's first iteration but scheduled a callback and a
+    task returns only after they ran (as with ``run_until_complete``); one that really
+    waits runs on until its task is done; neither makes the loop iterate more than once
+    when there is nothing else to run."""
+    out = run(
+        """
+        import asyncio
+        lp = loop.library_loop()
+        runs = []
+        real = lp.run_until_complete
+        lp.run_until_complete = lambda future: runs.append(1) or real(future)
+        seen, kept = [], []
+
+        async def spawn():
+            asyncio.get_running_loop().call_soon(seen.append, "callback")
+
+            async def child():
+                seen.append("child started")
+                await asyncio.sleep(30)
+
+            kept.append(asyncio.ensure_future(child()))
+            return "spawned"
+
+        async def waits():
+            await asyncio.sleep(0.01)
+            return "waited"
+
+        async def instant():
+            return "instant"
+
+        call = lambda coro: loop.run_sync(coro, method="step", async_method="astep")
+        assert call(spawn()) == "spawned"
+        assert seen == ["callback", "child started"], seen
+        kept[0].cancel()
+        assert call(waits()) == "waited"
+        runs.clear()
+        assert call(instant()) == "instant" and runs == [], runs
+        print("ran")
+        """
+    )
+    assert out.strip() == "ran"
+
+
+def test_a_step_that_waits_and_one_that_does_not_give_the_same_episode():
+    """VT-Lookup-v0 with a tool that really waits (its calls go on past the loop's first
+    iteration) and without (every call ends in it): the same observations, rewards and
+    infos, but the tool's latency; and the same as the async API's on a loop of its own."""
+    out = run(
+        """
+        import asyncio
+
+        def strip(info):
+            if "tool" in info:
+                info["tool"] = {k: v for k, v in info["tool"].items() if k != "latency_s"}
+            return info
+
+        def actions(env):
+            task = env.unwrapped.task
+            return [f"<lookup>{task.metadata['key']}</lookup>", "no call",
+                    f"<answer>{task.gold}</answer>"]
+
+        def record(obs, *rest):
+            return (obs["tokens"].tolist(), obs["text"], *rest[:-1], strip(rest[-1]))
+
+        def play(env):
+            steps = []
+            for seed in (0, 1, 2):
+                steps.append(record(*env.reset(seed=seed)))
+                steps += [record(*env.step(action)) for action in actions(env)]
+            env.close()
+            return steps
+
+        async def aplay(env):
+            steps = []
+            for seed in (0, 1, 2):
+                steps.append(record(*await env.areset(seed=seed)))
+                steps += [record(*await env.astep(action)) for action in actions(env)]
+            await env.aclose()
+            return steps
+
+        fast = play(gym.make("VT-Lookup-v0"))
+        assert fast[-1][2:5] == (1.0, True, False), fast[-1]
+        assert play(gym.make("VT-Lookup-v0", tool_delay_s=0.01)) == fast
+        assert asyncio.run(aplay(gym.make("VT-Lookup-v0"))) == fast
+        print("same")
+        """
+    )
+    assert out.strip() == "same"
