@@ -11,7 +11,12 @@ Measured in one run:
   the episode's sandboxed SQL worker, of the same query run in the host
   process (``in_process``: the path VT used before the workers, for the cost
   of the boundary), of one verification (answer + cached gold, in a verifier
-  worker), and of an episode's start (a fresh worker, up to its first answer).
+  worker), and of an episode's start (a fresh worker, up to its first answer);
+  and the two floors of a tool call: ``duckdb``, the bare
+  ``cursor.execute(query).fetchall()`` in the host (DuckDB's parse, bind,
+  optimize and run: the cost no wrapper removes), and ``round_trip``, a no-op
+  request (``{"op": "reset"}``) to the episode's sandboxed worker (framing,
+  pipes, the worker's loop).
 
 Prints Markdown and writes ``sql_speed.json`` to ``--out``.
 """
@@ -121,6 +126,7 @@ async def _tool_latency(calls: int) -> dict[str, Any]:
     session = await tool.open_session(task)
     verifier = ExecutionMatch()
     host = connect_readonly(task.assets["db_path"])
+    cursor = host.cursor()
     try:
         tool_samples, host_samples, verify_samples = [], [], []
         for _ in range(calls):
@@ -143,7 +149,14 @@ async def _tool_latency(calls: int) -> dict[str, Any]:
             await tool.call(fresh, {"query": "SELECT 1"})
             start_samples.append(time.perf_counter() - start)
             await tool.close_session(fresh)
+        duckdb_samples = _timed(calls, lambda: cursor.execute(query).fetchall())
+        trip_samples = []
+        for _ in range(calls):  # the last measurement: a reset drops the episode's cursor
+            start = time.perf_counter()
+            await session["worker"].request({"op": "reset"}, 5.0)
+            trip_samples.append(time.perf_counter() - start)
     finally:
+        cursor.close()
         host.close()
         await tool.close_session(session)
         await verifier.aclose()
@@ -152,7 +165,19 @@ async def _tool_latency(calls: int) -> dict[str, Any]:
         "in_process": latency_summary(host_samples),
         "verify": latency_summary(verify_samples),
         "episode_start": latency_summary(start_samples),
+        "duckdb": latency_summary(duckdb_samples),
+        "round_trip": latency_summary(trip_samples),
     }
+
+
+def _timed(calls: int, work) -> list[float]:
+    """Seconds of each of ``calls`` runs of ``work()``."""
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        work()
+        samples.append(time.perf_counter() - start)
+    return samples
 
 
 def run_benchmark(
