@@ -238,7 +238,14 @@ def test_answer_is_stripped() -> None:
 
 def test_empty_answer() -> None:
     result = P.parse("<answer> \n </answer>")
-    assert result.reason == "empty_answer" and "<answer>ANSWER</answer>" in result.message
+    assert result.message == (
+        "Your <answer> block is empty. Write your final answer inside it: <answer>ANSWER</answer>."
+    )
+    boxed = BOXED.parse(r"\boxed{ }")
+    assert (boxed.reason, boxed.message) == (
+        "empty_answer",
+        r"Your \boxed{} answer is empty. Write your final answer inside it: \boxed{ANSWER}.",
+    )
 
 
 def test_custom_answer_tags() -> None:

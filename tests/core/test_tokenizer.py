@@ -466,6 +466,15 @@ def test_the_prompt_cache_is_bounded_by_its_tokens(
     assert len(encoder._prompts) == 3 and encoder._prompt_tokens == 3 * size
 
 
+def test_a_message_written_in_another_order_is_the_same_prompt(vt: ChatTokenizer) -> None:
+    encoder = ObservationEncoder(vt)
+    first = encoder.encode_prompt([{"role": "user", "content": "2+2?"}])
+    swapped = encoder.encode_prompt([{"content": "2+2?", "role": "user"}])
+    again = encoder.encode_prompt([{"content": "2+2?", "role": "user"}])
+    assert first[0].tolist() == swapped[0].tolist() == again[0].tolist()
+    assert first[1] == swapped[1] == again[1]
+
+
 def test_only_string_messages_are_kept(vt: ChatTokenizer) -> None:
     encoder = ObservationEncoder(vt)
     texts = [encoder.encode_prompt([{"role": "user", "content": value}])[1]

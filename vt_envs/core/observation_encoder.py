@@ -45,12 +45,14 @@ PROMPT_CACHE_TOKENS = 1 << 19
 
 def _messages_key(messages: Messages) -> tuple | None:
     """A key for ``messages`` whose keys and values are all strings, else ``None``
-    (``1``, ``1.0`` and ``True`` are equal keys but render differently)."""
-    for message in messages:
-        for name, value in message.items():
+    (``1``, ``1.0`` and ``True`` are equal keys but render differently). Items in
+    their order: a message written in another order is only kept apart."""
+    key = tuple([tuple(m.items()) for m in messages])
+    for items in key:
+        for name, value in items:
             if type(name) is not str or type(value) is not str:
                 return None
-    return tuple(tuple(sorted(m.items())) for m in messages)
+    return key
 
 
 def _array(ids: Sequence[int]) -> np.ndarray:

@@ -112,9 +112,8 @@ class ParseResult:
 
     def __post_init__(self) -> None:
         # The env relies on these invariants; break them loudly (a VT bug).
-        is_call, is_answer, is_invalid = (
-            self.kind == k for k in ("tool_call", "answer", "invalid")
-        )
+        kind = self.kind
+        is_call, is_answer, is_invalid = kind == "tool_call", kind == "answer", kind == "invalid"
         if not (is_call or is_answer or is_invalid):
             raise ValueError(f"unknown ParseResult kind {self.kind!r}")
         if bool(self.calls) != is_call:
@@ -284,7 +283,7 @@ class ActionParser:
         if self.boxed_answers:
             boxed = _last_boxed(text)
             if boxed is not None:
-                return self._answer(boxed, "\\boxed{} answer", "\\boxed{ANSWER}")
+                return self._answer(boxed, None)
         if unclosed is not None:
             return _invalid(
                 "unclosed_tag",
@@ -331,7 +330,7 @@ class ActionParser:
             if name in self.answer_tags:
                 if calls:  # calls come first; the answer waits for their results
                     break
-                return self._answer(body, f"<{name}> block", self._example(name)), None
+                return self._answer(body, name), None
             call = (
                 self._json_call(body, raw)
                 if name == JSON_CALL_TAG
@@ -349,14 +348,18 @@ class ActionParser:
             return ParseResult("tool_call", calls=tuple(calls)), None
         return None, unclosed
 
-    def _answer(self, body: str, form: str, example: str) -> ParseResult:
+    def _answer(self, body: str, tag: str | None) -> ParseResult:
+        """The answer in ``body``, given in ``tag`` (``None``: ``\\boxed{}``)."""
         answer = body.strip()
-        if not answer:
-            return _invalid(
-                "empty_answer",
-                f"Your {form} is empty. Write your final answer inside it: {example}.",
-            )
-        return ParseResult("answer", answer=answer)
+        if answer:
+            return ParseResult("answer", answer=answer)
+        if tag is None:
+            form, example = "\\boxed{} answer", "\\boxed{ANSWER}"
+        else:
+            form, example = f"<{tag}> block", self._example(tag)
+        return _invalid(
+            "empty_answer", f"Your {form} is empty. Write your final answer inside it: {example}."
+        )
 
     def _tag_call(self, name: str, body: str, raw: str) -> ToolCall | ParseResult:
         tool = self._tag_tools[name]
