@@ -180,3 +180,34 @@ def test_workers_are_reused_across_episodes_and_replaced_when_killed(sql_env):
     _, _, _, _, info = sql_env.step("<sql>SELECT 1 AS one</sql>")
     assert info["tool"]["ok"]
     assert not pids & sql_env.unwrapped._live.sessions["sql"]["worker"].process.host_pids()
+
+
+def test_an_allowed_statement_is_parsed_once_and_binds_to_each_database(tmp_path, monkeypatch):
+    """Allowed SQL texts keep their parsed statement: run again, on any database, they
+    are not parsed again and give that database's result; refused texts are kept out."""
+    import duckdb
+
+    from vt_envs.domains.sql import execution
+
+    paths = []
+    for i, ddl in enumerate(
+        ["CREATE TABLE t AS SELECT 1 AS x", "CREATE TABLE t AS SELECT 'b' AS x"]
+    ):
+        paths.append(str(tmp_path / f"{i}.duckdb"))
+        con = duckdb.connect(paths[-1])
+        con.execute(ddl)
+        con.close()
+    parsed = []
+    real = execution._checked_statement
+    monkeypatch.setattr(
+        execution, "_checked_statement", lambda c, s: parsed.append(s) or real(c, s)
+    )
+    sql, refused = "SELECT x FROM t -- parsed once", "PRAGMA threads=8 -- refused"
+    results = []
+    for path in paths * 2:
+        con = connect_readonly(path)
+        results.append(execution.execute_query(con, sql, timeout_s=5).rows)
+        assert execution.execute_query(con, refused, timeout_s=5).error == "not_read_only"
+        con.close()
+    assert results == [((1,),), (("b",),)] * 2
+    assert parsed == [sql] + [refused] * 4

@@ -19,7 +19,10 @@ the agent's tool and the verifier alike, so both apply the same rules:
   be interrupted (the optimizer of an exponential plan, a huge fetch); the
   host's hard kill of the worker covers those.
 
-The statement is parsed once: the checked statement object is what runs.
+The statement is parsed once: the checked statement object is what runs, and
+it is kept for the SQL text (the 1,024 latest allowed texts of at most 4,096
+characters), so a SQL run again (a gold, a repeated query) is neither parsed
+nor checked again.
 
 Failures are returned as :class:`QueryOutcome` with an error kind, never
 raised: they are the policy's mistakes. This module imports only DuckDB and
@@ -88,6 +91,13 @@ _EXPLAIN = re.compile(
     rf"^{_SKIP}explain\b{_SKIP}(?:analyze\b{_SKIP})?(?:\((?:[^()']|'[^']*')*\){_SKIP})?",
     re.IGNORECASE | re.DOTALL,
 )
+# SQL texts that parsed as one allowed statement -> that statement (oldest first): a
+# SQL run again (a gold, a repeated query) skips the parse and the check, and DuckDB
+# runs a statement object it ran before faster than a freshly parsed one.
+_ALLOWED: dict[str, duckdb.Statement] = {}
+_ALLOWED_CACHE_SIZE = 1024
+_ALLOWED_MAX_CHARS = 4096  # longer texts are parsed each time: the cache stays small
+_ALLOWED_LOCK = threading.Lock()
 _PRAGMA = re.compile(rf"^{_SKIP}pragma\s+([a-z_][a-z0-9_]*)", re.IGNORECASE | re.DOTALL)
 
 
@@ -240,7 +250,7 @@ def execute_query(
     the first ``max_rows``. ``con`` must not be used by another thread at the
     same time.
     """
-    checked = _checked_statement(con, sql)
+    checked = _allowed_statement(con, sql)
     if isinstance(checked, QueryOutcome):
         return checked
     start = time.monotonic()
@@ -263,6 +273,20 @@ def execute_query(
     finally:
         _WATCHDOG.disarm(alarm)
     return QueryOutcome(columns, tuple(rows), total, exec_s=time.monotonic() - start)
+
+
+def _allowed_statement(con: duckdb.DuckDBPyConnection, sql: str) -> QueryOutcome | duckdb.Statement:
+    """:func:`_checked_statement`, remembered for the SQL texts that passed: the
+    statement is the parse, not a plan (it binds to whichever database runs it)."""
+    checked = _ALLOWED.get(sql)
+    if checked is None:
+        checked = _checked_statement(con, sql)
+        if not isinstance(checked, QueryOutcome) and len(sql) <= _ALLOWED_MAX_CHARS:
+            with _ALLOWED_LOCK:
+                _ALLOWED[sql] = checked
+                while len(_ALLOWED) > _ALLOWED_CACHE_SIZE:
+                    del _ALLOWED[next(iter(_ALLOWED))]
+    return checked
 
 
 class _Watchdog:
