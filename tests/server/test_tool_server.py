@@ -292,6 +292,41 @@ def test_500_concurrent_sessions_get_their_own_answers(server):
     local.close()
 
 
+def test_a_fresh_server_resolves_many_task_ids_at_once_as_one_at_a_time():
+    """A server resolves task ids on two threads; VT-SQL-v0's test questions are the
+    k-th distinct draws of a shared bank, so two threads drawing at once used to give
+    tasks other prompts than the client's (409 for most of 100 sessions opened together
+    on a fresh server). Every session must open."""
+    fresh = Server(workers=1)
+    local = vt_envs.make("VT-SQL-v0", split="test")
+    attach_tool_server(local, fresh.url, env_id="VT-SQL-v0", env_kwargs={"split": "test"},
+                       token=TOKEN)  # fmt: skip
+    tool = local.tools["sql"]
+    tasks = [local.tasks[i] for i in range(len(local.tasks))]
+
+    async def one(task):
+        try:
+            session = await tool.open_session(task, seed=0)
+        except Exception as exc:
+            return f"{task.id}: {exc}"
+        await tool.close_session(session)
+        return None
+
+    async def all_of_them():
+        try:
+            return await asyncio.gather(*(one(task) for task in tasks))
+        finally:
+            await tool.aclose()
+
+    try:
+        refused = [r for r in asyncio.run(all_of_them()) if r]
+    finally:
+        local.close()
+        fresh.stop()
+    assert len(tasks) >= 100
+    assert not refused, refused[:3]
+
+
 def test_an_env_whose_verifier_reads_its_tools_cannot_be_remote(server):
     with pytest.raises(InvalidConfigError, match="working copy"):
         gym.make("VT-SWE-v0", tool_server=server.url)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from random import Random
@@ -115,12 +116,15 @@ class QuestionBank:
 
     ``question(split, k)`` is a pure function of (database, split, k); for the
     test split it is the k-th *distinct* question, so the held-out set has no
-    repeats.
+    repeats. Safe to call from several threads (a tool server resolves task ids
+    on two): one lock serializes the draws, which share the test split's
+    running state and one DuckDB connection.
     """
 
     def __init__(self, db_name: str, db_path: str):
         self.db_name, self.db_path = db_name, str(db_path)
         self.templates = TEMPLATES[db_name]
+        self._lock = threading.Lock()
         self._test: list[GeneratedQuestion] = []
         self._test_seen: set[str] = set()
         self._test_draws = 0
@@ -151,6 +155,10 @@ class QuestionBank:
 
     def question(self, split: str, k: int) -> GeneratedQuestion:
         """The ``k``-th question of ``split``."""
+        with self._lock:
+            return self._question(split, k)
+
+    def _question(self, split: str, k: int) -> GeneratedQuestion:
         if split == "test":
             while len(self._test) <= k:
                 self._test.append(self._next_distinct_test())
@@ -174,5 +182,6 @@ class QuestionBank:
         )
 
     def close(self) -> None:
-        if "_con" in self.__dict__:
-            self.__dict__.pop("_con").close()
+        with self._lock:
+            if "_con" in self.__dict__:
+                self.__dict__.pop("_con").close()
