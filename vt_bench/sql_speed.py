@@ -16,7 +16,9 @@ Measured in one run:
   ``cursor.execute(query).fetchall()`` in the host (DuckDB's parse, bind,
   optimize and run: the cost no wrapper removes), and ``round_trip``, a no-op
   request (``{"op": "reset"}``) to the episode's sandboxed worker (framing,
-  pipes, the worker's loop).
+  pipes, the worker's loop); and an episode's phases as the peers' SQL
+  comparison plays them (``reset``, ``query_step``, ``answer_step``: the gold
+  run with the tool, then answered).
 
 Prints Markdown and writes ``sql_speed.json`` to ``--out``.
 """
@@ -114,6 +116,34 @@ def _env_series(episodes: int, repeats: int) -> dict[str, Any]:
     }
 
 
+def _step_latency(calls: int) -> dict[str, Any]:
+    """An episode's phases as the peers' SQL comparison plays them: ``reset``, a
+    query step (the gold in ``<sql>``), the answer step (the same SQL), on warm
+    test tasks (a second pass: gold results and digests known)."""
+    from vt_envs.domains.sql import make_sql_env
+
+    env = make_sql_env(split="test")
+    tasks = [env.tasks[i % len(env.tasks)] for i in range(min(calls, 40))]
+    phases: dict[str, list[float]] = {"reset": [], "query_step": [], "answer_step": []}
+    try:
+        for i in range(len(tasks) + calls):
+            task, warm = tasks[i % len(tasks)], i >= len(tasks)
+            start = time.perf_counter()
+            env.reset(options={"task_id": task.id})
+            queried = time.perf_counter()
+            env.step(f"<sql>{task.gold}</sql>")
+            answered = time.perf_counter()
+            _, reward, *_ = env.step(f"<answer>{task.gold}</answer>")
+            assert reward == 1.0, task.id
+            if warm:
+                phases["reset"].append(queried - start)
+                phases["query_step"].append(answered - queried)
+                phases["answer_step"].append(time.perf_counter() - answered)
+    finally:
+        env.close()
+    return {name: latency_summary(samples) for name, samples in phases.items()}
+
+
 async def _tool_latency(calls: int) -> dict[str, Any]:
     from vt_envs.domains.sql import SQLTool, sql_tasks
     from vt_envs.domains.sql.execution import connect_readonly, execute_query
@@ -188,7 +218,7 @@ def run_benchmark(
     return {
         "databases": databases,
         "env": _env_series(episodes, repeats),
-        "latency": asyncio.run(_tool_latency(calls)),
+        "latency": {**asyncio.run(_tool_latency(calls)), **_step_latency(calls)},
         "machine": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
