@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import datetime
 import decimal
+import functools
 import hashlib
 import itertools
 import math
@@ -113,6 +114,7 @@ def _strip_literals(sql: str) -> str:
     return re.sub(r'"(?:[^"]|"")*"', '""', sql)
 
 
+@functools.lru_cache(maxsize=4096)  # asked of the same gold at every verification
 def has_top_level_order_by(sql: str) -> bool:
     """Whether ``sql`` orders its final output (an ``ORDER BY`` outside parentheses)."""
     text = _strip_literals(sql)
