@@ -248,7 +248,10 @@ class SQLTool(Tool):
 def _keep_digests(session: dict[str, Any], sql: str, reply: Any) -> None:
     """Mirror the worker's kept results: ``sql``'s digests if it kept its result
     (``None`` when that result has none: it still takes a place)."""
-    if not (isinstance(reply, dict) and reply.get("ok") is True and reply.get("kept") is True):
+    process = getattr(session.get("worker"), "process", None)
+    if process is None or not (
+        isinstance(reply, dict) and reply.get("ok") is True and reply.get("kept") is True
+    ):
         return
     digests = reply.get("digests")
     valid = (
@@ -256,7 +259,7 @@ def _keep_digests(session: dict[str, Any], sql: str, reply: Any) -> None:
     )
     kept = session.setdefault("kept", OrderedDict())
     key = sql.strip()
-    kept[key] = (weakref.ref(session["worker"].process), tuple(digests) if valid else None)
+    kept[key] = (weakref.ref(process), tuple(digests) if valid else None)
     kept.move_to_end(key)
     while len(kept) > EPISODE_RESULTS:
         kept.popitem(last=False)

@@ -108,12 +108,13 @@ class ExecutionMatch(Verifier):
         a local :class:`SQLTool` session on the task's database, the answer
         is graded in that episode's worker: if the episode already ran the
         answer's exact SQL and kept its complete result, it is graded on the
-        result the agent saw instead of running it again. When that worker
-        process has also verified this gold before (in an earlier episode)
-        and the digest of the kept result equals the gold's, the answer scores
-        1.0 without a round trip (:meth:`_known_match`).
-        Otherwise (remote tools, a verifier called on its own) in the
-        verifier's own workers.
+        result the agent saw instead of running it again. Otherwise (remote
+        tools, a verifier called on its own) in the verifier's own workers.
+
+        When the episode's worker process has also verified this gold before
+        (in an earlier episode) and the digest of the kept result equals the
+        gold's, the answer scores 1.0 without a round trip
+        (:meth:`_known_match`).
         """
         binds, db = sql_binds(str(task.assets["db_path"]), self.isolation)
         gold, sql = str(task.gold), extract_sql(answer)
@@ -140,7 +141,9 @@ class ExecutionMatch(Verifier):
                 reply = await tool.request_in_session(
                     session, {**request, "episode": True}, deadline
                 )
-                self._remember_gold(gold_key, session["worker"].process, reply)
+                self._remember_gold(
+                    gold_key, getattr(session.get("worker"), "process", None), reply
+                )
             else:
                 worker = await self._workers.acquire(binds)
                 try:
