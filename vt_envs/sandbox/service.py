@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vt_envs.core.tool import check_timeout
+from vt_envs.errors import InvalidConfigError
 from vt_envs.sandbox.isolation import Isolation
 from vt_envs.sandbox.process import SandboxProcess, WorkerLost
 from vt_envs.sandbox.python_worker import WarmPool
@@ -124,6 +125,14 @@ class ServicePool:
             :meth:`acquire` waits when the limit is reached).
         max_uses: a session is retired (its process stopped) after this many
             uses, bounding what one process accumulates.
+        widen_binds: with ``n > 0``, an idle session may serve any binds it
+            holds (a superset of those asked for), and when none does, a new
+            session takes over the binds of the idle one idle longest (which is
+            stopped) plus those asked for, up to ``n`` binds (past ``n``, or where
+            sandbox paths clash, only those asked for). So a pool never holds more
+            processes than it had users at once: one that serves several databases
+            in turn converges on processes that bind them all, instead of keeping
+            an idle process per database.
     """
 
     def __init__(
@@ -133,10 +142,15 @@ class ServicePool:
         *,
         max_per_key: int | None = None,
         max_uses: int = 256,
+        widen_binds: int = 0,
     ):
+        if widen_binds and max_per_key is not None:
+            raise InvalidConfigError("ServicePool: widen_binds and max_per_key do not combine")
         self.isolation, self.service = isolation, dict(service)
         self.max_per_key, self.max_uses = max_per_key, max_uses
-        self._idle: dict[tuple, list[ServiceSession]] = {}
+        self.widen_binds = widen_binds
+        # Idle sessions, the one idle longest first (each with its binds' key).
+        self._idle: list[tuple[tuple, ServiceSession]] = []
         self._count: dict[tuple, int] = {}
         self._uses: dict[int, int] = {}
         self._changed: asyncio.Condition | None = None
@@ -147,24 +161,49 @@ class ServicePool:
             self._changed = asyncio.Condition()
         return self._changed
 
+    def _take_idle(self, binds: Mapping[str, str]) -> ServiceSession | None:
+        """Pop an idle session that holds ``binds`` (exactly, or widened: any superset)."""
+        key = _key(binds)
+        for i, (idle_key, session) in enumerate(self._idle):
+            if idle_key == key or (self.widen_binds and binds.items() <= session.binds.items()):
+                del self._idle[i]
+                return session
+        return None
+
     async def acquire(self, binds: Mapping[str, str]) -> ServiceSession:
         """A session for ``binds``, idle or new (its process starts on first request)."""
-        key = tuple(sorted(binds.items()))
+        binds, replaced = dict(binds), None
         async with self._condition():
             while True:
                 if self._closed:
                     raise SessionClosed
-                idle = self._idle.setdefault(key, [])
-                if idle:
-                    return idle.pop()
+                session = self._take_idle(binds)
+                if session is not None:
+                    return session
+                if self.widen_binds and self._idle:
+                    _, replaced = self._idle.pop(0)
+                    self._forget(replaced)
+                    wider = {**replaced.binds, **binds}
+                    clash = any(replaced.binds.get(k, v) != v for k, v in binds.items())
+                    if not clash and len(wider) <= self.widen_binds:
+                        binds = wider
+                key = _key(binds)
                 if self.max_per_key is None or self._count.get(key, 0) < self.max_per_key:
                     self._count[key] = self._count.get(key, 0) + 1
-                    return ServiceSession(self.isolation, service=self.service, binds=binds)
+                    session = ServiceSession(self.isolation, service=self.service, binds=binds)
+                    break
                 await self._condition().wait()
+        if replaced is not None:
+            await replaced.close()
+        return session
+
+    def _forget(self, session: ServiceSession) -> None:
+        key = _key(session.binds)
+        self._uses.pop(id(session), None)
+        self._count[key] = self._count.get(key, 1) - 1
 
     async def release(self, session: ServiceSession) -> None:
         """Give ``session`` back (or retire it: busy, closed, or used ``max_uses`` times)."""
-        key = tuple(sorted(session.binds.items()))
         uses = self._uses.get(id(session), 0) + 1
         retire = self._closed or session.busy or session.closed or uses >= self.max_uses
         if retire:
@@ -174,15 +213,18 @@ class ServicePool:
             self._uses[id(session)] = uses
         async with self._condition():
             if retire:
+                key = _key(session.binds)
                 self._count[key] = self._count.get(key, 1) - 1
             else:
-                self._idle.setdefault(key, []).append(session)
+                self._idle.append((_key(session.binds), session))
             self._condition().notify()
 
     async def aclose(self) -> None:
         """Stop every idle session; sessions in use stop when released. Idempotent."""
         self._closed = True
-        idle, self._idle = self._idle, {}
-        await asyncio.gather(
-            *(s.close() for sessions in idle.values() for s in sessions), return_exceptions=True
-        )
+        idle, self._idle = self._idle, []
+        await asyncio.gather(*(s.close() for _, s in idle), return_exceptions=True)
+
+
+def _key(binds: Mapping[str, str]) -> tuple:
+    return tuple(sorted(binds.items()))

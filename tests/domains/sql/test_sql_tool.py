@@ -164,3 +164,53 @@ def test_config_errors():
 
     with pytest.raises(InvalidConfigError, match="max_rows"):
         SQLTool(max_rows=0)
+
+
+def test_one_env_keeps_one_worker_across_databases(db_paths):
+    """Episodes of one VT-SQL-v0 env on tasks of all three databases, in turn: its
+    worker comes to bind every database, so the env holds one worker process, not
+    one per database (before: a kept worker per database, 3x the memory an env)."""
+    import psutil
+
+    import vt_envs
+
+    me = psutil.Process()
+    env = vt_envs.make("VT-SQL-v0", split="test")
+    tasks = [env.tasks[i] for i in range(9)]  # three of each database, interleaved
+    assert len({t.assets["db_id"] for t in tasks}) == 3
+    oracle = vt_envs.oracle_for("VT-SQL-v0")
+    alive = []
+    try:
+        for task in tasks:
+            result = vt_envs.run_episode(env, oracle, options={"task": task})
+            assert result.reward == 1.0, result.observations
+            alive.append(len(me.children(recursive=True)))
+    finally:
+        env.close()
+    # Widening starts at most one process tree per new database; then none.
+    assert alive[-1] == alive[0], alive
+    assert alive[3:] == [alive[0]] * 6, alive
+
+
+@pytest.mark.asyncio
+async def test_a_widening_pool_reuses_a_worker_that_holds_the_binds(db_paths):
+    from vt_envs.domains.sql.tools import SQL_POLICY, sql_binds
+    from vt_envs.sandbox.service import ServicePool, service_spec
+    from vt_envs.tools._sandboxed import resolve
+
+    isolation = resolve(SQL_POLICY, None)
+    binds = [sql_binds(str(db_paths[name]), isolation)[0] for name in ("shop", "tpch")]
+    pool = ServicePool(isolation, service_spec("vt_envs.domains.sql.worker"), widen_binds=2)
+    first = await pool.acquire(binds[0])
+    await pool.release(first)
+    wider = await pool.acquire(binds[1])  # replaces the idle one, binding both
+    assert wider is not first and first.closed
+    assert wider.binds == {**binds[0], **binds[1]}
+    await pool.release(wider)
+    assert await pool.acquire(binds[0]) is wider  # a superset serves either database
+    await pool.release(wider)
+    third = {"/tmp/db/other.duckdb": str(db_paths["flights"])}
+    narrow = await pool.acquire(third)  # past widen_binds: only what was asked for
+    assert narrow.binds == third and wider.closed
+    await pool.release(narrow)
+    await pool.aclose()

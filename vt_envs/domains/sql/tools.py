@@ -53,6 +53,8 @@ _DB_DIR = "/tmp/db"
 # Episodes one worker serves before it is replaced (each gets its own connection,
 # closed after it, so what a worker keeps between episodes is bounded caches).
 _MAX_USES = 4096
+# Databases one worker binds at most (read-only files; it opens each on first use).
+_MAX_DATABASES = 64
 
 
 def sql_binds(db_path: str, isolation: Isolation) -> tuple[dict[str, str], str]:
@@ -132,7 +134,11 @@ class SQLTool(Tool):
         self.max_rows, self.max_chars, self.max_cell_chars = max_rows, max_chars, max_cell_chars
         self.isolation = resolve(policy or SQL_POLICY, isolation)
         service = service_spec("vt_envs.domains.sql.worker", worker_options(self.isolation.policy))
-        self._workers = ServicePool(self.isolation, service, max_uses=_MAX_USES)
+        # One worker binds every database its episodes have used (up to _MAX_DATABASES),
+        # so an env whose tasks span databases keeps one worker, not one per database.
+        self._workers = ServicePool(
+            self.isolation, service, max_uses=_MAX_USES, widen_binds=_MAX_DATABASES
+        )
 
     def describe(self) -> dict[str, object]:
         """Which sandbox layers are in force for the SQL workers."""
