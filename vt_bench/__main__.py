@@ -45,6 +45,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "vt_bench.rollout_speed",
         "Rollout wall time: trajectory-level async vs synchronous batch, same work.",
     ),
+    "rollout-scale": (
+        "vt_bench.rollout_scale",
+        "The async collector at 256-1,024 episodes in flight with real tools (in process and "
+        "behind the tool server): episodes/s, fraction of the lower bound, memory an episode.",
+    ),
     "sql-speed": (
         "vt_bench.sql_speed",
         "VT-SQL-v0 oracle steps/s, embedded DB build times and sizes, tool/verifier latency.",

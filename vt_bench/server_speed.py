@@ -26,12 +26,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from vt_bench.stats import latency_summary
 
-__all__ = ["add_arguments", "main", "render", "run_benchmark"]
+__all__ = ["add_arguments", "main", "render", "run_benchmark", "start_tool_server"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,15 +47,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 _TOKEN = secrets.token_hex(16)
 
 
-def _start_server(workers: int) -> tuple[subprocess.Popen, str]:
+def start_tool_server(
+    workers: int, env_ids: Sequence[str], *, max_inflight: int = 1024
+) -> tuple[subprocess.Popen, str, str]:
+    """Start ``vt-tool-server`` (``workers`` processes, serving ``env_ids``) on a free
+    loopback port; wait until every worker answers. Returns the process, its URL and
+    its token (made for this run)."""
     import httpx
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    envs = [arg for env_id in env_ids for arg in ("--env", env_id)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "vt_envs.server.cli", "--port", str(port), "--workers",
-         str(workers), "--max-inflight", "1024", "--env", "VT-Lookup-v0", "--env", "VT-Math-v0"],
+         str(workers), "--max-inflight", str(max_inflight), *envs],
         stdout=subprocess.DEVNULL, start_new_session=True,
         env={**os.environ, "VT_TOOL_SERVER_TOKEN": _TOKEN},
     )  # fmt: skip
@@ -69,7 +76,7 @@ def _start_server(workers: int) -> tuple[subprocess.Popen, str]:
                     proc.kill()
                     raise RuntimeError("vt-tool-server did not start") from None
                 time.sleep(0.1)
-    return proc, f"http://127.0.0.1:{port}"
+    return proc, f"http://127.0.0.1:{port}", _TOKEN
 
 
 def _overhead(url: str, env_id: str, action: str, steps: int) -> dict[str, Any]:
@@ -172,7 +179,7 @@ def _ray_vs_local(num_envs: int, steps: int) -> dict[str, Any] | None:
 
 
 def run_benchmark(steps: int, calls: int, inflight: list[int], workers: int) -> dict[str, Any]:
-    proc, url = _start_server(workers)
+    proc, url, _ = start_tool_server(workers, ("VT-Lookup-v0", "VT-Math-v0"))
     try:
         overhead = {
             "lookup": _overhead(url, "VT-Lookup-v0", "<lookup>{key}</lookup>", steps),

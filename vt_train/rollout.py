@@ -60,7 +60,7 @@ from vt_train.engines.base import Generation, RolloutEngine, SamplingParams
 from vt_train.trajectory import Trajectory
 from vt_train.vision import ImageInterner
 
-__all__ = ["ROLLOUT_MODES", "collect", "merge_stop_strings", "stream"]
+__all__ = ["ROLLOUT_MODES", "collect", "merge_stop_strings", "stream", "turn_seed"]
 
 ROLLOUT_MODES = ("async", "sync")
 
@@ -114,6 +114,7 @@ class _Rollout:
     tool_latencies_s: list[float] = field(default_factory=list)  # the same calls' latencies
     generate_s: float = 0.0
     step_s: float = 0.0
+    step_latencies_s: list[float] = field(default_factory=list)  # each env step's
 
     def append(
         self, ids: Sequence[int], *, generated: bool, logprobs: Sequence[float] = ()
@@ -156,6 +157,7 @@ class _Rollout:
                 "timing": {
                     "generate_s": self.generate_s,
                     "step_s": self.step_s,
+                    "step_latencies_s": self.step_latencies_s,
                     "tool_latency_s": self.tool_latency_s,
                     "tool_call_latencies_s": self.tool_latencies_s,
                 },
@@ -169,7 +171,7 @@ class _Rollout:
 async def _start(setup: _Setup, r: _Rollout, env_index: int) -> None:
     """Reset sub-env ``env_index`` on the trajectory's task; append the prompt (mask 0)."""
     options = {"task": r.task} if isinstance(r.task, Task) else {"task_id": r.task}
-    seed = _derive_seed(setup.seed, r.index, -1) & 0x7FFFFFFF
+    seed = turn_seed(setup.seed, r.index, -1) & 0x7FFFFFFF
     obs, info = await setup.venv.areset_at(env_index, seed=seed, options=options)
     r.task_id = str(info["task_id"])
     r.env_id = str(info.get("env_id") or getattr(setup.venv.envs[env_index].unwrapped, "name", ""))
@@ -182,7 +184,7 @@ async def _start(setup: _Setup, r: _Rollout, env_index: int) -> None:
 def _request(setup: _Setup, r: _Rollout) -> SamplingParams | None:
     """The next turn's sampling params, or ``None`` when the context budget
     leaves no room to generate (the caller then ends the episode)."""
-    params = replace(setup.sampling, seed=_derive_seed(setup.seed, r.index, r.turns))
+    params = replace(setup.sampling, seed=turn_seed(setup.seed, r.index, r.turns))
     if setup.max_context is None:
         return params
     room = setup.max_context - len(r.input_ids)
@@ -235,7 +237,9 @@ async def _step(setup: _Setup, r: _Rollout, env_index: int, generation: Generati
     r.turns += 1
     start = time.perf_counter()
     obs, reward, terminated, truncated, info = await setup.venv.astep_at(env_index, ids)
-    r.step_s += time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    r.step_s += elapsed
+    r.step_latencies_s.append(elapsed)
     for tool_info in info.get("tools") or ([info["tool"]] if "tool" in info else []):
         r.tool_latency_s += float(tool_info.get("latency_s", 0.0))
         r.tool_log.append({"turn": r.turns - 1, **{k: tool_info.get(k) for k in _CALL_FACTS}})
@@ -274,8 +278,10 @@ def _append_observation(setup: _Setup, r: _Rollout, env_index: int, obs: dict) -
     r.image_spans.extend((offset + start, offset + end) for start, end in spans)
 
 
-def _derive_seed(seed: int, index: int, turn: int) -> int:
-    """A 32-bit sampling seed that depends only on (collection seed, trajectory, turn)."""
+def turn_seed(seed: int, index: int, turn: int) -> int:
+    """The 32-bit sampling seed of trajectory ``index``'s turn ``turn`` in a collection
+    seeded ``seed`` (turn ``-1``: its reset). It depends on nothing else, so a scripted
+    engine can tell from ``params.seed`` which trajectory and turn a request is."""
     return int(np.random.SeedSequence([seed, index, turn + 1]).generate_state(1)[0])
 
 
