@@ -7,6 +7,7 @@ and episode k+1, in the same sandbox (the same bwrap process), sees none of it.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import gymnasium as gym
@@ -346,3 +347,33 @@ def test_a_crash_is_reported_at_once_not_at_the_deadline(code, recycle):
             env.step("<answer>0</answer>")
     finally:
         env.close()
+
+
+@pytest.mark.asyncio
+async def test_a_tool_shared_by_many_sessions_recycles_a_sandbox_for_each():
+    """A tool server's PythonTool serves many sessions at once: after 6 concurrent
+    episodes end (one after another), the next 6 run in their recycled sandboxes, none
+    started afresh (before: 2 kept per tool, so 4 of every 6 paid a cold start)."""
+    import psutil
+
+    from vt_envs.tools.python import PythonTool
+
+    me = psutil.Process()
+    tool = PythonTool(timeout_s=10)
+
+    async def round_of(n: int) -> set[int]:
+        sessions = [await tool.open_session(None) for _ in range(n)]
+        results = await asyncio.gather(*(tool.call(s, {"code": "print(1)"}) for s in sessions))
+        assert all(r.ok for r in results), [r.text for r in results]
+        sandboxes = {p.pid for p in me.children()}
+        for session in sessions:
+            await tool.close_session(session)
+        return sandboxes
+
+    try:
+        first = await round_of(6)
+        second = await round_of(6)
+    finally:
+        await tool.aclose()
+    assert len(first) >= 6
+    assert second == first  # the same sandboxes, recycled

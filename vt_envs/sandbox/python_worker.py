@@ -82,6 +82,7 @@ class WarmPool:
         self.isolation, self.size, self.recycled = isolation, size, recycled
         self.start_options = {"mode": "python", **start_options}
         self._ready: list[SandboxProcess] = []
+        self._recycling = 0  # sandboxes given back and being recycled now
         self._filling: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -124,15 +125,22 @@ class WarmPool:
 
     async def give_back(self, proc: SandboxProcess) -> None:
         """Recycle an episode's sandbox for the next one (or kill it: no room, not
-        recyclable, not answering, another loop, the pool closed)."""
-        room = len(self._ready) < self.size + self.recycled and not self._closed
-        try:
-            if room and self._same_loop() and await proc.recycle() and not self._closed:
-                self._ready.append(proc)
-                return
-        except BaseException:
-            await asyncio.shield(proc.kill())
-            raise
+        recyclable, not answering, another loop, the pool closed). Room counts the
+        sandboxes being recycled now, so episodes ending together keep no more than
+        the pool holds."""
+        kept = len(self._ready) + self._recycling
+        room = kept < self.size + self.recycled and not self._closed
+        if room and self._same_loop():
+            self._recycling += 1
+            try:
+                if await proc.recycle() and not self._closed:
+                    self._ready.append(proc)
+                    return
+            except BaseException:
+                await asyncio.shield(proc.kill())
+                raise
+            finally:
+                self._recycling -= 1
         await proc.kill()
 
     async def close(self) -> None:

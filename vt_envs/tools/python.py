@@ -21,9 +21,12 @@ __all__ = ["TRACEBACK_STYLES", "PythonTool"]
 TRACEBACK_STYLES = ("last_line", "full")
 
 
-# Recycled sandboxes a tool keeps: its env runs one episode at a time (a vector env's
-# sub-envs have a tool each), so one waits while the next episode starts.
+# Recycled sandboxes a tool keeps: an env's own tool runs one episode at a time (a
+# vector env's sub-envs have a tool each), so one waits while the next episode starts.
+# A tool shared by many sessions at once (a tool server's) keeps as many as it has had
+# sessions open at once, plus one, up to _MAX_RECYCLED: each of them is memory held.
 _RECYCLED = 2
+_MAX_RECYCLED = 4096
 
 
 class PythonTool(Tool):
@@ -106,6 +109,7 @@ class PythonTool(Tool):
         self.isolation = resolve(policy, isolation)
         self.mode, self.traceback, self.max_output_chars = mode, traceback, max_output_chars
         recycled = _RECYCLED if recycle and self.isolation.sandboxed else 0
+        self._open = 0  # sessions open now (the recycled pool grows with their peak)
         self._pool = (
             WarmPool(
                 self.isolation,
@@ -119,7 +123,18 @@ class PythonTool(Tool):
         )
 
     async def open_session(self, task: Any, *, seed: int = 0) -> PythonWorker:
+        self._open += 1
+        try:
+            return await self._open_session(task, seed)
+        except BaseException:
+            self._open -= 1
+            raise
+
+    async def _open_session(self, task: Any, seed: int) -> PythonWorker:
         if self._pool is not None:  # prestart begins at the first episode, not its first call
+            if self._pool.recycled:  # room for every session open now to come back
+                wanted = min(self._open + 1, _MAX_RECYCLED)
+                self._pool.recycled = max(self._pool.recycled, wanted)
             self._pool.fill()
         worker = PythonWorker(
             self.isolation,
@@ -135,6 +150,7 @@ class PythonTool(Tool):
 
     async def close_session(self, session: PythonWorker | None) -> None:
         if session is not None:
+            self._open -= 1
             await session.close()
 
     async def call(
