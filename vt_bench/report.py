@@ -45,6 +45,7 @@ PLAN: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("visual-speed", ("--episodes", "16", "--repeats", "3")),
     ("swe-speed", ("--episodes", "10")),
     ("rollout-speed", ("--trajectories", "64")),
+    ("rollout-scale", ("--concurrency", "256", "512", "1024")),
     ("generation-speed", ("--rounds", "5")),
     ("multiturn-speed", ("--episodes", "4", "--turns", "8")),
     ("sync-speed", ("--rounds", "3")),
@@ -209,14 +210,15 @@ DOC_END = "<!-- vt-bench speed: end -->"
 
 def doc_block(out: Path, machine_line: str) -> str:
     """The generated benchmark tables of ``docs/benchmarks.md``, rendered from ``out``'s
-    JSONs: every env id with its oracle (``env-speed``) and VT vs peers (``peers-speed``),
-    each with its command."""
-    from vt_bench import env_speed, peers_speed
+    JSONs: every env id with its oracle (``env-speed``), VT vs peers (``peers-speed``) and
+    rollouts at scale (``rollout-scale``), each with its command."""
+    from vt_bench import env_speed, peers_speed, rollout_scale
 
     parts = [DOC_BEGIN, ""]
     for module, name, args in (
         (env_speed, "env_speed.json", "env-speed"),
         (peers_speed, "peers_speed.json", "peers-speed --peers DIR"),
+        (rollout_scale, "rollout_scale.json", "rollout-scale --concurrency 256 512 1024"),
     ):
         path = out / name
         if path.exists():

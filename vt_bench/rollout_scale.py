@@ -23,8 +23,8 @@ plays ``N`` other tasks on the same envs. Reported per level:
 - episodes/s of the timed wave;
 - the **lower bound** on its wall time and the fraction reached: the largest
   of (a) the critical path, the longest trajectory played again *alone* on a
-  warm sub-env (the slowest two by their own generation and tool time are
-  replayed); (b) the engine's own floor, ``max(longest, total / max_batch)``
+  warm sub-env (the slowest by its own generation and tool time; ``--replays``
+  more); (b) the engine's own floor, ``max(longest, total / max_batch)``
   ticks of ``tick_s`` plus ``per_seq_s`` per generated token; (c) the event
   loop's CPU time (one thread runs every episode's host work); (d) the CPU
   time of this process and every tool process (sandboxes, the server's
@@ -77,11 +77,11 @@ class ScaleConfig:
     concurrency: tuple[int, ...] = (256, 512, 1024)
     backends: tuple[str, ...] = BACKENDS
     server_workers: int = 2
-    tick_s: float = 0.02
+    tick_s: float = 0.01
     per_seq_s: float = 20e-6
     max_batch: int = 1024
     think_tokens: tuple[int, int] = (32, 256)
-    replays: int = 2
+    replays: int = 1
     seed: int = 0
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from vt_envs.core.domain import Domain
 from vt_envs.core.task import TaskSource
+from vt_envs.domains.sql.databases import database_path
 from vt_envs.domains.sql.examples import EXAMPLES
 from vt_envs.domains.sql.spider import load_spider
 from vt_envs.domains.sql.tasks import sql_tasks
@@ -57,12 +58,15 @@ class SQLConfig:
 
 
 def tools(config: SQLConfig) -> list[SQLTool]:
-    """The read-only ``sql`` tool."""
+    """The read-only ``sql`` tool; its workers bind the embedded databases the tasks
+    use from the start (a user's Spider/BIRD databases are bound as tasks need them)."""
+    embedded = () if config.spider_files is not None else config.databases
     return [
         SQLTool(
             timeout_s=config.query_timeout_s,
             max_rows=config.max_result_rows,
             max_chars=config.max_result_chars,
+            databases=[database_path(name) for name in embedded],
         )
     ]
 

@@ -27,7 +27,7 @@ import os
 import stat
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from vt_envs.core.tool import Tool, ToolResult
@@ -97,6 +97,10 @@ class SQLTool(Tool):
         max_cell_chars: long values are cut to this length.
         policy: the worker's sandbox limits (default :data:`SQL_POLICY`).
         isolation: shortcut for ``policy.isolation``.
+        databases: database files every worker binds from its start (up to
+            64), so an env whose tasks span them keeps one worker from its
+            first episode on. A task's other database is bound when first
+            needed: a new worker takes over the idle one's databases plus it.
 
     Raises:
         SandboxUnavailableError: no isolation layer works here.
@@ -124,6 +128,7 @@ class SQLTool(Tool):
         max_cell_chars: int = 60,
         policy: SandboxPolicy | None = None,
         isolation: str | None = None,
+        databases: Sequence[str | os.PathLike[str]] = (),
     ):
         if max_rows < 1 or max_chars < 100 or max_cell_chars < 4:
             raise InvalidConfigError(
@@ -134,6 +139,9 @@ class SQLTool(Tool):
         self.max_rows, self.max_chars, self.max_cell_chars = max_rows, max_chars, max_cell_chars
         self.isolation = resolve(policy or SQL_POLICY, isolation)
         service = service_spec("vt_envs.domains.sql.worker", worker_options(self.isolation.policy))
+        self._prebound: dict[str, str] = {}
+        for path in list(databases)[:_MAX_DATABASES]:
+            self._prebound.update(sql_binds(str(path), self.isolation)[0])
         # One worker binds every database its episodes have used (up to _MAX_DATABASES),
         # so an env whose tasks span databases keeps one worker, not one per database.
         self._workers = ServicePool(
@@ -152,7 +160,7 @@ class SQLTool(Tool):
                 "name the DuckDB file to query"
             )
         binds, db = sql_binds(str(path), self.isolation)
-        worker = await self._workers.acquire(binds)
+        worker = await self._workers.acquire({**self._prebound, **binds})
         if worker.process is not None and worker.process.alive:
             # A kept worker: the episode's first request resets it (no round trip now).
             return {"worker": worker, "db": db, "new_episode": True}
