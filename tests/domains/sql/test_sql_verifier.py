@@ -10,7 +10,7 @@ import duckdb
 import gymnasium as gym
 import pytest
 
-import vt_envs  # noqa: F401  (registers the ids)
+import vt_envs
 from vt_envs.core.task import Task
 from vt_envs.domains.sql.verifier import (
     ExecutionMatch,
@@ -406,3 +406,29 @@ def test_the_host_trusts_a_gold_digest_only_from_the_episodes_own_worker(db_path
         assert env.step("<answer>SELECT 2 AS x</answer>")[1] == 1.0
     finally:
         env.close()
+
+
+@pytest.mark.asyncio
+async def test_verifiers_of_many_envs_share_one_pool_of_workers(db_paths):
+    """Remote envs verify in the verifier's own workers; twelve envs' verifiers
+    verifying at once share the process's pool (at most ``workers`` per database)
+    instead of starting a worker each (before: 12 worker process trees)."""
+    import asyncio
+
+    import psutil
+
+    from vt_envs.domains.sql.verifier import ExecutionMatch
+
+    me = psutil.Process()
+    env = vt_envs.make("VT-SQL-v0", split="test", databases=["shop"])
+    task = env.tasks[0]
+    env.close()
+    before = len(me.children())
+    verifiers = [ExecutionMatch(workers=2) for _ in range(12)]
+    try:
+        scores = await asyncio.gather(*(v.averify(task, task.gold) for v in verifiers))
+        assert [s.value for s in scores] == [1.0] * 12
+        assert len(me.children()) - before <= 2  # the pool's two workers, no more
+    finally:
+        await asyncio.gather(*(v.aclose() for v in verifiers))
+    assert len(me.children()) == before  # the last verifier to leave stopped them

@@ -18,6 +18,7 @@ only error kinds and row counts.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import weakref
 from collections import OrderedDict
@@ -67,7 +68,11 @@ class ExecutionMatch(Verifier):
         rel_tol, abs_tol: float tolerance (``math.isclose``).
         max_result_rows: results larger than this score 0 (and gold results
             larger than this are a task bug).
-        workers: concurrent verifications per database file.
+        workers: concurrent verifications per database file, in the whole
+            process: the verifiers of every env with the same sandbox share one
+            pool of workers per event loop (a thousand remote envs must not
+            hold a thousand verifier workers); only verifications outside an
+            episode's own worker use it (remote tools, a verifier on its own).
         policy, isolation: the workers' sandbox (default the SQL tool's).
     """
 
@@ -91,7 +96,8 @@ class ExecutionMatch(Verifier):
         self.workers = workers
         self.isolation = resolve(policy or SQL_POLICY, isolation)
         service = service_spec("vt_envs.domains.sql.worker", worker_options(self.isolation.policy))
-        self._workers = ServicePool(self.isolation, service, max_per_key=workers)
+        self._service = service
+        self._shared: _SharedPool | None = None
         # (host database, gold, order_matters) -> (the worker process that ran the gold,
         # the digest of its result): see _known_match.
         self._gold_digests: OrderedDict[tuple[str, str, bool], tuple[Any, str]] = OrderedDict()
@@ -145,11 +151,12 @@ class ExecutionMatch(Verifier):
                     gold_key, getattr(session.get("worker"), "process", None), reply
                 )
             else:
-                worker = await self._workers.acquire(binds)
+                pool = self._pool()
+                worker = await pool.acquire(binds)
                 try:
                     reply = await worker.request(request, deadline)
                 finally:
-                    await self._workers.release(worker)
+                    await pool.release(worker)
         except ServiceLost as lost:
             timed_out = float(lost.kind == "timeout")
             parts = {"correct": 0.0, "executed": 0.0, "timeout": timed_out}
@@ -189,9 +196,57 @@ class ExecutionMatch(Verifier):
         while len(self._gold_digests) > _GOLD_DIGESTS:
             self._gold_digests.popitem(last=False)
 
+    def _pool(self) -> ServicePool:
+        """The process's shared pool for this verifier's sandbox, on the running loop."""
+        loop = asyncio.get_running_loop()
+        if self._shared is None or self._shared.loop is not loop:
+            if self._shared is not None and self._shared.leave():  # another loop's pool
+                _close_on_its_loop(self._shared)
+            key = (repr(self.isolation), self.workers)
+            pools = _SHARED_POOLS.setdefault(loop, {})
+            shared = pools.get(key)
+            if shared is None:
+                make = ServicePool(self.isolation, self._service, max_per_key=self.workers)
+                shared = pools[key] = _SharedPool(make, loop, key)
+            shared.users += 1
+            self._shared = shared
+        return self._shared.pool
+
     async def aclose(self) -> None:
-        """Stop every worker (idempotent)."""
-        await self._workers.aclose()
+        """Leave the shared pool; the last verifier to leave stops its workers
+        (idempotent)."""
+        shared, self._shared = self._shared, None
+        if shared is not None and shared.leave():
+            await shared.pool.aclose()
+
+
+class _SharedPool:
+    """A verifier worker pool, the loop it belongs to, and how many verifiers use it."""
+
+    def __init__(self, pool: ServicePool, loop: asyncio.AbstractEventLoop, key: tuple):
+        self.pool, self.loop, self.key, self.users = pool, loop, key, 0
+
+    def leave(self) -> bool:
+        """One user fewer; ``True`` when it was the last (the pool is then unlisted)."""
+        self.users -= 1
+        if self.users > 0:
+            return False
+        pools = _SHARED_POOLS.get(self.loop, {})
+        if pools.get(self.key) is self:
+            del pools[self.key]
+        return True
+
+
+def _close_on_its_loop(shared: _SharedPool) -> None:
+    """Stop a pool nobody uses any more from its own loop, if that loop still runs."""
+    if shared.loop.is_running() and not shared.loop.is_closed():
+        asyncio.run_coroutine_threadsafe(shared.pool.aclose(), shared.loop)
+
+
+# Event loop -> (sandbox, workers) -> the pool every ExecutionMatch of the process shares.
+_SHARED_POOLS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple, _SharedPool]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _episode_session(tools: EpisodeTools, db: str) -> tuple[SQLTool, dict[str, Any]] | None:
