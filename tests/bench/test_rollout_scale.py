@@ -30,7 +30,7 @@ def test_math_at_two_levels_in_process_and_behind_a_server(tmp_path, capsys):
         assert r["reward_mean"] == 1.0, r  # the oracle, fed each observation, solved them all
         assert r["tool_calls"] >= r["concurrency"]  # every episode ran its code
         bounds = r["bounds"]
-        assert set(bounds) == {"critical_path_s", "engine_s", "event_loop_cpu_s",
+        assert set(bounds) == {"critical_path_s", "engine_s", "thread_cpu_s",
                                "cpu_per_core_s"}  # fmt: skip
         assert r["binding"] == max(bounds, key=bounds.__getitem__)
         # No bound exceeds the wall time it bounds (replay noise aside).
