@@ -182,38 +182,3 @@ def test_tool_spec_and_registry():
     }
     assert validate_arguments(PythonTool.parameters, {"code": "1"}) is None
     assert "missing" in validate_arguments(PythonTool.parameters, {})
-
-
-@pytest.mark.asyncio
-async def test_sandboxes_started_together_queue_for_start_slots(monkeypatch):
-    """Hundreds of episodes' sandboxes starting at once (a cold wave of a vector env)
-    each took CPU from the others until their ready deadlines passed; now a loop starts
-    at most start_slots() at a time and the rest wait, so all of them come up."""
-    import asyncio
-
-    from vt_envs.sandbox import process
-    from vt_envs.sandbox.process import SandboxProcess
-
-    monkeypatch.setattr(process, "start_slots", lambda: 2)
-    inner, starting, most = SandboxProcess._start, 0, 0
-
-    async def counted(*args, **kwargs):
-        nonlocal starting, most
-        starting += 1
-        most = max(most, starting)
-        try:
-            return await inner(*args, **kwargs)
-        finally:
-            starting -= 1
-
-    monkeypatch.setattr(SandboxProcess, "_start", counted)
-    tool = PythonTool(timeout_s=10, recycle=False)
-    sessions = [await tool.open_session(None) for _ in range(6)]
-    try:
-        results = await asyncio.gather(*(tool.call(s, {"code": "print(7)"}) for s in sessions))
-        assert [r.text.strip() for r in results] == ["7"] * 6
-        assert most == 2
-    finally:
-        for session in sessions:
-            await tool.close_session(session)
-        await tool.aclose()

@@ -27,7 +27,6 @@ import signal
 import struct
 import tempfile
 import time
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -216,24 +215,6 @@ def _frame(obj: Any) -> bytes:
     return struct.pack(">I", len(data)) + data
 
 
-def start_slots() -> int:
-    """How many sandboxes one event loop starts at once: twice the CPUs, at least 4."""
-    return max(4, 2 * (os.cpu_count() or 1))
-
-
-_START_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _start_slot() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    slots = _START_SLOTS.get(loop)
-    if slots is None:
-        slots = _START_SLOTS[loop] = asyncio.Semaphore(start_slots())
-    return slots
-
-
 class SandboxProcess:
     """A started sandbox running ``inside.py`` in ``mode`` ``"python"`` or ``"bash"``.
 
@@ -286,35 +267,7 @@ class SandboxProcess:
         binds): the sandbox can serve episode after episode (:meth:`recycle`).
 
         Raises :class:`SandboxUnavailableError` when it does not come up.
-
-        At most :func:`start_slots` sandboxes of one event loop start at once;
-        the others wait for a slot before theirs starts (and before its
-        ``start_timeout_s`` runs): a start is mostly CPU (bubblewrap, an
-        interpreter, its imports), so a thousand at once would only make every
-        one of them late, past its deadline.
         """
-        async with _start_slot():
-            return await cls._start(
-                isolation, mode=mode, files=files, python_mode=python_mode,
-                max_repr_chars=max_repr_chars, service=service, binds=binds,
-                rw_binds=rw_binds, start_timeout_s=start_timeout_s, recycle=recycle,
-            )  # fmt: skip
-
-    @classmethod
-    async def _start(
-        cls,
-        isolation: Isolation,
-        *,
-        mode: str,
-        files: dict[str, str | bytes] | None,
-        python_mode: str,
-        max_repr_chars: int,
-        service: Mapping[str, Any] | None,
-        binds: Mapping[str, str] | None,
-        rw_binds: Mapping[str, str] | None,
-        start_timeout_s: float,
-        recycle: bool,
-    ) -> SandboxProcess:
         self = cls()
         recycle = (
             recycle and mode == "python" and isolation.sandboxed and not binds and not rw_binds
