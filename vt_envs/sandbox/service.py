@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import math
+import os
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,12 +81,22 @@ class ServiceSession(SandboxSession):
     async def start(self) -> None:
         """Start (or take from the pool) the service's sandbox.
 
+        At most :func:`start_slots` services of one event loop start at once;
+        the others wait for a slot before theirs starts (and before its ready
+        deadline runs). A start is mostly CPU (bubblewrap, an interpreter, its
+        imports), and services start at an episode's reset, outside any call's
+        deadline: 512 SQL workers starting together on two CPUs all passed
+        their ready deadline; queued, they come up at the machine's pace.
+
         Raises :class:`~vt_envs.errors.SandboxUnavailableError`.
         """
         proc = self._pool.take() if self._pool is not None else None
-        self._proc = proc or await SandboxProcess.start(
-            self.isolation, mode="service", service=self.service, binds=self.binds
-        )
+        if proc is None:
+            async with _start_slot():
+                proc = await SandboxProcess.start(
+                    self.isolation, mode="service", service=self.service, binds=self.binds
+                )
+        self._proc = proc
 
     @property
     def busy(self) -> bool:
@@ -224,6 +236,24 @@ class ServicePool:
         self._closed = True
         idle, self._idle = self._idle, []
         await asyncio.gather(*(s.close() for _, s in idle), return_exceptions=True)
+
+
+def start_slots() -> int:
+    """How many services one event loop starts at once: twice the CPUs, at least 4."""
+    return max(4, 2 * (os.cpu_count() or 1))
+
+
+_START_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _start_slot() -> asyncio.Semaphore:
+    loop = asyncio.get_running_loop()
+    slots = _START_SLOTS.get(loop)
+    if slots is None:
+        slots = _START_SLOTS[loop] = asyncio.Semaphore(start_slots())
+    return slots
 
 
 def _key(binds: Mapping[str, str]) -> tuple:

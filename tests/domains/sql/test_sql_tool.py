@@ -214,3 +214,41 @@ async def test_a_widening_pool_reuses_a_worker_that_holds_the_binds(db_paths):
     assert narrow.binds == third and wider.closed
     await pool.release(narrow)
     await pool.aclose()
+
+
+@pytest.mark.asyncio
+async def test_workers_started_together_queue_for_start_slots(db_paths, monkeypatch):
+    """Hundreds of envs' SQL workers starting at one reset wave each took CPU from the
+    others until every ready deadline passed (512 on 2 CPUs); a loop now starts at most
+    start_slots() services at a time, the rest queue, and all of them come up."""
+    from vt_envs.sandbox import service
+    from vt_envs.sandbox.process import SandboxProcess
+
+    monkeypatch.setattr(service, "start_slots", lambda: 2)
+    inner, starting, most = SandboxProcess.start, 0, 0
+
+    async def counted(*args, **kwargs):
+        nonlocal starting, most
+        starting += 1
+        most = max(most, starting)
+        try:
+            return await inner(*args, **kwargs)
+        finally:
+            starting -= 1
+
+    monkeypatch.setattr(SandboxProcess, "start", counted)
+    tools = [SQLTool() for _ in range(6)]
+    task = Task(id="t", prompt="", gold="", assets={"db_path": str(db_paths["shop"])})
+    sessions = []
+    try:
+        sessions = await asyncio.gather(*(t.open_session(task) for t in tools))
+        results = await asyncio.gather(
+            *(t.call(s, {"query": "SELECT 7"}) for t, s in zip(tools, sessions))
+        )
+        assert all(r.ok and "7" in r.text for r in results), [r.text for r in results]
+        assert most == 2
+    finally:
+        for t, s in zip(tools, sessions):
+            await t.close_session(s)
+        for t in tools:
+            await t.aclose()
