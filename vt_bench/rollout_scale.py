@@ -53,7 +53,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -410,7 +410,9 @@ async def _run_backend(
 
 
 async def run_benchmark(cfg: ScaleConfig) -> dict[str, Any]:
-    """Every backend x env id x concurrency of ``cfg``; the JSON-ready report."""
+    """Every backend x env id x concurrency of ``cfg``; the JSON-ready report. Each env
+    id gets a fresh tool server (what one id's pools keep must not count against the
+    next id's memory)."""
     rows: list[dict[str, Any]] = []
     for backend in cfg.backends:
         if backend == "local":
@@ -418,13 +420,15 @@ async def run_benchmark(cfg: ScaleConfig) -> dict[str, Any]:
             continue
         from vt_bench.server_speed import start_tool_server
 
-        server, url, token = start_tool_server(cfg.server_workers, cfg.env_ids, max_inflight=4096)
-        try:
-            kwargs = {"tool_server": url, "tool_server_token": token}
-            rows += await _run_backend(cfg, backend, _Processes([server.pid]), kwargs)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
+        for env_id in cfg.env_ids:
+            server, url, token = start_tool_server(cfg.server_workers, (env_id,), max_inflight=4096)
+            try:
+                kwargs = {"tool_server": url, "tool_server_token": token}
+                one = replace(cfg, env_ids=(env_id,))
+                rows += await _run_backend(one, backend, _Processes([server.pid]), kwargs)
+            finally:
+                server.terminate()
+                server.wait(timeout=30)
     return {
         "rows": rows,
         "config": asdict(cfg),
