@@ -211,7 +211,6 @@ def _drive(
     stop = loop.call_soon(loop.stop)
     try:
         loop.run_forever()
-        # (``_ready``: a BaseEventLoop's queue of callbacks; a loop without one runs on)
         if not task.done() or getattr(loop, "_ready", True):
             return loop.run_until_complete(task)
         return task.result()
